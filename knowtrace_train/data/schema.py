@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 from dataclasses import dataclass, field
 from typing import Any, Iterable
@@ -10,6 +11,12 @@ from typing import Any, Iterable
 
 class SchemaError(ValueError):
     """A record that does not fit the schema; the message names where and which field."""
+
+
+def passage_id(title: str, text: str) -> str:
+    """Stable id of a passage from its content: the same (title, text) gets the same id
+    in an item's context and in a corpus built from many items."""
+    return hashlib.sha1(f"{title}\n{text}".encode("utf-8")).hexdigest()[:16]
 
 
 @dataclass(frozen=True)
