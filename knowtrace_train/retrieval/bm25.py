@@ -145,6 +145,9 @@ class BM25Retriever:
         analyzer = make_analyzer(self.settings)
         analyzer.load_vocab(folder)
         model = bm25s.BM25.load(folder, mmap=True, load_vocab=False, show_progress=False)
+        # the analyzer's vocabulary is the index's (saved twice by bm25s): share it, read once
+        model.vocab_dict = analyzer.get_vocab_dict()
+        model.unique_token_ids_set = set(model.vocab_dict.values())
         log.info("loaded the BM25 index in %s (memory-mapped)", folder)
         return analyzer, model
 
