@@ -723,7 +723,9 @@ def backtrace_trajectories(
         if bt.ok and not any(_is_answer_call(c) for c in traj.calls):
             bt = TrajectoryBacktrace(bt.trajectory_id, bt.question_id, bt.dataset, SKIP_NO_ANSWER_CALL,
                                      bt.targets, bt.initial_entities, ())
-        if bt.ok and hinted and mentions_hint(traj.thought):
+        leak = hinted and (mentions_hint(traj.thought) or any(
+            mentions_hint((_answer_texts(c, traj) or ("", ""))[0]) for c in traj.calls if _is_answer_call(c)))
+        if bt.ok and leak:
             bt = TrajectoryBacktrace(bt.trajectory_id, bt.question_id, bt.dataset, SKIP_HINT_LEAK,
                                      bt.targets, bt.initial_entities, ())
         traces.append(bt)
@@ -736,10 +738,7 @@ def backtrace_trajectories(
         filtered = filter_trajectory(traj, bt.evidence if bt.ok else None, count_tokens)
         s_keys = {traj.graph.triplets[i].triplet.key() for i in bt.evidence} if bt.ok else None
         star = mode == "star"
-        if star and hinted and mentions_hint(traj.thought):
-            star_ok = False  # never train on a rationale that needs the hint
-        else:
-            star_ok = True
+        star_ok = not leak  # never train on a rationale that needs the hint
         for fc in filtered:
             roles[fc.role].add(fc)
             target = fc.full_output if star else fc.output

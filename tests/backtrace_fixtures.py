@@ -6,6 +6,7 @@ from __future__ import annotations
 import random
 
 from knowtrace_train import outputs
+from knowtrace_train.data.schema import Passage
 from knowtrace_train.kg import GuidancePair, KnowledgeGraph, TracedTriplet, Triplet
 from knowtrace_train.trajectory import ModelCall, Trajectory
 
@@ -31,14 +32,28 @@ def words(text: str) -> int:
 class Engine:
     """Records calls and graph the way the KnowTrace engine does."""
 
-    def __init__(self, question: str, prompt_of=None):
+    def __init__(self, question: str, real_prompts: bool = False, kg_format: str = "triplets"):
         self.calls: list[ModelCall] = []
         self.graph = KnowledgeGraph()
         self.question = question
-        self.prompt_of = prompt_of or (lambda role, n: f"<{role} prompt {n}>")
+        self.real_prompts = real_prompts
+        self.kg_format = kg_format
+
+    def prompt(self, role, pair=None, passage_ids=()) -> str:
+        if not self.real_prompts:
+            return f"<{role} prompt {len(self.calls)}>"
+        from knowtrace_train import prompts
+
+        shown = [t.triplet for t in self.graph.triplets]
+        if role == "explore":
+            return prompts.render_exploration_prompt(self.question, shown, kg_format=self.kg_format)
+        if role == "answer":
+            return prompts.render_answer_prompt(self.question, shown, kg_format=self.kg_format)
+        return prompts.render_completion_prompt(pair, [passage(p) for p in passage_ids])
 
     def _call(self, role, rnd, output, **kw) -> ModelCall:
-        c = ModelCall(index=len(self.calls), role=role, round=rnd, prompt=self.prompt_of(role, len(self.calls)),
+        prompt = self.prompt(role, kw.get("pair"), kw.get("passage_ids", ()))
+        c = ModelCall(index=len(self.calls), role=role, round=rnd, prompt=prompt,
                       output=output, prompt_tokens=10, output_tokens=words(output), **kw)
         self.calls.append(c)
         return c
@@ -62,6 +77,8 @@ class Engine:
 
     def answer(self, rnd, thought, answer, role="explore"):
         out = outputs.exploration_answer(thought, answer)
+        if role == "answer":  # the forced answer: the prompt ends with the judgement and "Thought:"
+            out = " " + out.split("Thought:", 1)[1].strip()
         return self._call(role, rnd, out, parsed={"sufficient": True, "thought": thought, "answer": answer,
                                                   "pairs": [], "rejected": [], "error": None})
 
@@ -72,15 +89,20 @@ class Engine:
                           rounds=max((c.round for c in self.calls), default=0), em=em)
 
 
-def appendix_f(prompt_of=None) -> Trajectory:
+def passage(pid: str) -> Passage:
+    return Passage(pid, f"Title {pid}", f"Some text of passage {pid}.")
+
+
+def appendix_f(real_prompts: bool = False, question: str = QUESTION, answer_role: str = "explore",
+               kg_format: str = "triplets") -> Trajectory:
     """Table 6 of the paper: three iterations, four triplets, two initial entities."""
-    e = Engine(QUESTION, prompt_of)
+    e = Engine(question, real_prompts, kg_format)
     e.explore(1, [PAIR_WHO, PAIR_WHERE])
-    e.complete(1, PAIR_WHO, [T_WROTE, T_INDUSTRIALIST])
-    e.complete(1, PAIR_WHERE, [T_LOCATED])
+    e.complete(1, PAIR_WHO, [T_WROTE, T_INDUSTRIALIST], passage_ids=("p1", "p2"))
+    e.complete(1, PAIR_WHERE, [T_LOCATED], passage_ids=("p3",))
     e.explore(2, [PAIR_SCHOOL])
-    e.complete(2, PAIR_SCHOOL, [T_EDUCATED])
-    e.answer(3, THOUGHT, ANSWER)
+    e.complete(2, PAIR_SCHOOL, [T_EDUCATED], passage_ids=("p4", "p1"))
+    e.answer(3, THOUGHT, ANSWER, role=answer_role)
     return e.trajectory(prediction=ANSWER, thought=THOUGHT)
 
 
