@@ -6,15 +6,18 @@ import json
 import os
 import tempfile
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 
 class DataFileError(ValueError):
     """A data file that cannot be read; the message names the file, line and field."""
 
 
-def iter_jsonl(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
-    """Yield (line number, object) for each non-blank line; a bad line raises `DataFileError`."""
+def iter_jsonl(
+    path: str | Path, on_error: Callable[[int, str], None] | None = None
+) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Yield (line number, object) for each non-blank line; a bad line raises `DataFileError`,
+    or, where `on_error` is given, is passed to it as (line number, reason) and skipped."""
     path = Path(path)
     with path.open(encoding="utf-8") as f:
         for lineno, line in enumerate(f, 1):
@@ -23,9 +26,17 @@ def iter_jsonl(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
             try:
                 obj = json.loads(line)
             except json.JSONDecodeError as e:
-                raise DataFileError(f"{path}:{lineno}: not valid JSON ({e.msg} at column {e.colno})") from e
+                reason = f"not valid JSON ({e.msg} at column {e.pos + 1})"
+                if on_error is None:
+                    raise DataFileError(f"{path}:{lineno}: {reason}") from e
+                on_error(lineno, reason)
+                continue
             if not isinstance(obj, dict):
-                raise DataFileError(f"{path}:{lineno}: expected a JSON object, got {type(obj).__name__}")
+                reason = f"expected a JSON object, got {type(obj).__name__}"
+                if on_error is None:
+                    raise DataFileError(f"{path}:{lineno}: {reason}")
+                on_error(lineno, reason)
+                continue
             yield lineno, obj
 
 
