@@ -26,7 +26,7 @@ def iter_jsonl(
             try:
                 obj = json.loads(line)
             except json.JSONDecodeError as e:
-                reason = f"not valid JSON ({e.msg} at column {e.colno})"
+                reason = f"not valid JSON ({e.msg} at column {e.pos + 1})"
                 if on_error is None:
                     raise DataFileError(f"{path}:{lineno}: {reason}") from e
                 on_error(lineno, reason)

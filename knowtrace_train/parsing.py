@@ -111,6 +111,8 @@ _JUDGEMENT = re.compile(r"sufficient[^\n:]*?:\s*\**\s*(yes|no)\b", re.IGNORECASE
 _JUDGEMENT_LOOSE = re.compile(r"^\s*(?:judg(?:e)?ment\s*:\s*)?(yes|no)\s*[.!]?\s*$", re.IGNORECASE)
 _THOUGHT = re.compile(r"^\s*\**\s*thought\s*\**\s*:\s*\**\s*", re.IGNORECASE)
 _ANSWER = re.compile(r"^\s*\**\s*(?:final\s+)?answer\s*\**\s*:\s*\**\s*", re.IGNORECASE)
+#: "Answer:" inside a thought line (capitalised, after a sentence or at the start).
+_INLINE_ANSWER = re.compile(r"(?:^|(?<=[.!?\s*]))\**\s*(?:Final |final )?Answer\s*\**\s*:")
 _GUIDANCE_HEADER = re.compile(
     r"^\s*\**\s*(?:retrieval\s+guidance|what entity-relation pairs to retrieve[^:]*)\s*\**\s*:\s*\**\s*",
     re.IGNORECASE,
@@ -197,10 +199,16 @@ def _parse_exploration(text: str) -> ExplorationResult:
             res.sufficient = _JUDGEMENT_LOOSE.match(line).group(1).lower() == "yes"  # type: ignore[union-attr]
             continue
         if _THOUGHT.match(line):
-            if res.thought is None:
-                thought_lines = [_THOUGHT.sub("", line, count=1).strip()]
             in_guidance = False
-            continue
+            body = _THOUGHT.sub("", line, count=1).strip()
+            inline = _INLINE_ANSWER.search(body)
+            if inline:  # "Thought: ... Answer: X" on one line
+                line = body[inline.start() :].strip()
+                body = body[: inline.start()].strip()
+            if res.thought is None:
+                thought_lines = [body]
+            if not inline:
+                continue
         if _ANSWER.match(line):
             if res.answer is None:
                 ans = _clean_field(_ANSWER.sub("", line, count=1))

@@ -208,6 +208,10 @@ def test_exploration_guidance_messy(text, pairs):
         (f"{J} Yes\nAnswer: X", None, "X"),
         ("Thought: t\nFinal answer: X", "t", "X"),
         (f"{J} Yes\nThought: t\nAnswer: X\nAnswer: Y", "t", "X"),
+        # the answer on the thought's line, or right after the forced "Thought:"
+        (f"{J} Yes\nThought: t. Answer: X", "t.", "X"),
+        (f"{J} Yes\nThought: the answer: maybe. Answer: X", "the answer: maybe.", "X"),
+        (f"{J} Yes\nThought: Answer: X", None, "X"),
     ],
 )
 def test_exploration_answer_messy(text, thought, answer):
