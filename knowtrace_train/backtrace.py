@@ -552,9 +552,11 @@ class PromptOptions:
     kg_format: str | None = None
 
 
-def _render_exploration(role: str, question: str, triplets: list[Triplet], opts: PromptOptions, seen: str) -> str | None:
+def _render_exploration(
+    role: str, question: str, triplets: list[Triplet], opts: PromptOptions, seen: str, recorded: str | None = None
+) -> str | None:
     p = _prompts()
-    fmt = opts.kg_format or _detect_kg_format(seen) or "triplets"
+    fmt = opts.kg_format or recorded or _detect_kg_format(seen) or "triplets"
     if fmt == "text" and triplets:
         return None  # needs a KG-to-Text model call
     render = p.render_answer_prompt if role == ANSWER else p.render_exploration_prompt
@@ -580,18 +582,18 @@ def training_prompt(
     if fc.role in (EXPLORE, ANSWER):
         if opts.rerender and s_keys is not None:
             shown = [t.triplet for t in traj.graph.triplets if t.call < call.index and t.triplet.key() in s_keys]
-            return _render_exploration(fc.role, question, shown, opts, prompt)
+            return _render_exploration(fc.role, question, shown, opts, prompt, traj.meta.get("kg_format"))
         if hinted:
             plain = unhint_prompt(prompt, traj.question, question)
             if plain is None:
                 shown = [t.triplet for t in traj.graph.triplets if t.call < call.index]
-                return _render_exploration(fc.role, question, shown, opts, prompt)
+                return _render_exploration(fc.role, question, shown, opts, prompt, traj.meta.get("kg_format"))
             prompt = plain
         if not opts.fewshot:
             stripped = _without_fewshot(prompt, fc.role)
             if stripped is None:
                 shown = [t.triplet for t in traj.graph.triplets if t.call < call.index]
-                return _render_exploration(fc.role, question, shown, opts, prompt)
+                return _render_exploration(fc.role, question, shown, opts, prompt, traj.meta.get("kg_format"))
             prompt = stripped
         return prompt
     if not opts.fewshot:
