@@ -45,7 +45,8 @@ _WH = re.compile(
     re.IGNORECASE,
 )
 _PARTICIPLE = {"born", "educated", "founded", "located", "married", "directed", "written", "painted",
-               "published", "employed", "based", "buried", "named", "owned", "produced", "composed"}
+               "published", "employed", "based", "buried", "named", "owned", "produced", "composed",
+               "headquartered", "formed", "released", "created", "designed", "built"}
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,8 @@ class Hop:
 
     pair: GuidancePair
     triplet: Triplet
+    #: the hop's sentence in the final thought, where the relation does not make one
+    sentence: str | None = None
 
 
 def _guidance(entity: str, relation: str) -> str:
@@ -117,7 +120,8 @@ def _musique_chain(item: QAItem) -> list[Hop] | str:
             guidance = _sub_question_text(q, answers).rstrip(" ?") + "?"
         if not entity.strip() or not s.answer.strip():
             return NO_CHAIN_ENTITY
-        hops.append(Hop(GuidancePair(entity, guidance), Triplet(entity, relation, s.answer)))
+        sentence = None if ">>" in q else f"The answer to \"{guidance}\" is {s.answer}."
+        hops.append(Hop(GuidancePair(entity, guidance), Triplet(entity, relation, s.answer), sentence))
     return hops
 
 
@@ -143,7 +147,7 @@ def _sentence(t: Triplet) -> str:
 
 def gold_thought(hops: Sequence[Hop], answer: str) -> str:
     """The final thought: one sentence per hop, then the answer."""
-    return " ".join(_sentence(h.triplet) for h in hops) + f" So the answer is {answer}."
+    return " ".join(h.sentence or _sentence(h.triplet) for h in hops) + f" So the answer is {answer}."
 
 
 def _supported(t: Triplet, passages: Sequence[Passage]) -> bool:
