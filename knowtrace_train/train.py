@@ -365,7 +365,7 @@ def lora_config(config: LoraTrainConfig):
 # Training
 
 
-def _counting_trainer_class():
+def counting_trainer_class():
     """SFTTrainer that counts the non-pad tokens, the loss-carrying tokens and the positions (pad included) of
     every batch it trains on."""
     import torch
@@ -474,7 +474,7 @@ def train_role(
     dataset = Dataset.from_list(rows)
 
     model = _load_base(base_model_path, precision, config, device)
-    Trainer = _counting_trainer_class()
+    Trainer = counting_trainer_class()
     with tempfile.TemporaryDirectory(prefix=f"knowtrace_train_{role}_") as scratch:
         args = sft_args(config, precision, device, scratch)
         trainer = Trainer(

@@ -166,7 +166,7 @@ def run_reference(model_dir: Path, records: list[dict], steps: int, lora, seed: 
     from datasets import Dataset
     from trl import SFTConfig
 
-    from knowtrace_train.train import _counting_trainer_class
+    from knowtrace_train.train import counting_trainer_class
 
     data = Dataset.from_list(
         [{"prompt": [{"role": "user", "content": r["prompt"]}],
@@ -176,7 +176,7 @@ def run_reference(model_dir: Path, records: list[dict], steps: int, lora, seed: 
         # use_cpu is not a setting but the device: transformers refuses bf16 on a CPU-only machine without it
         args = SFTConfig(output_dir=out, max_steps=steps, report_to="none", save_strategy="no", seed=seed,
                          logging_steps=1, use_cpu=not torch.cuda.is_available())
-        trainer = _counting_trainer_class()(model=str(model_dir), args=args, train_dataset=data, peft_config=lora)
+        trainer = counting_trainer_class()(model=str(model_dir), args=args, train_dataset=data, peft_config=lora)
         start = time.perf_counter()
         trainer.train()
         seconds = time.perf_counter() - start
