@@ -129,3 +129,85 @@ class KnowledgeGraph:
         for t in triplets:
             g.add(TracedTriplet(triplet=t, round=0, pair=None, call=-1))
         return g
+
+
+# -- The three ways to put a graph into a prompt (paper, Section 3.2) -------------------
+# KG-to-Triplets and KG-to-Paths are plain functions here; KG-to-Text is a model call
+# (the `kg_to_text` role) whose prompt lives in knowtrace_train.prompts.
+
+#: What an empty graph renders as in a prompt.
+EMPTY_KG = "None"
+
+
+def render_triplets(triplets: Iterable[Triplet]) -> str:
+    """KG-to-Triplets: one `(subject; relation; object)` per line, in graph order."""
+    lines = [t.render() for t in triplets]
+    return "\n".join(lines) if lines else EMPTY_KG
+
+
+def kg_paths(triplets: Iterable[Triplet], max_paths: int = 64) -> list[list[Triplet]]:
+    """KG-to-Paths: chain triplets that share an entity (object of one = subject of the next)
+    into maximal simple paths. Paths start at entities with no incoming edge (then, for
+    edges left over in cycles, at the first uncovered edge's subject); every triplet lies on
+    at least one path; a branching entity repeats the triplets before it, as in the paper."""
+    edges: list[Triplet] = []
+    seen: set[tuple[str, str, str]] = set()
+    for t in triplets:
+        if t.key() not in seen:
+            seen.add(t.key())
+            edges.append(t)
+    out: dict[str, list[int]] = {}
+    incoming: set[str] = set()
+    for i, t in enumerate(edges):
+        out.setdefault(normalize_entity(t.subject), []).append(i)
+        incoming.add(normalize_entity(t.object))
+    paths: list[list[int]] = []
+    covered: set[int] = set()
+
+    def walk(node: str, path: list[int], nodes: set[str]) -> None:
+        if len(paths) >= max_paths:
+            return
+        nxt = [i for i in out.get(node, ()) if normalize_entity(edges[i].object) not in nodes]
+        if not nxt:
+            if path:
+                paths.append(list(path))
+                covered.update(path)
+            return
+        for i in nxt:
+            obj = normalize_entity(edges[i].object)
+            walk(obj, path + [i], nodes | {obj})
+
+    starts = []
+    for t in edges:
+        s = normalize_entity(t.subject)
+        if s not in incoming and s not in starts:
+            starts.append(s)
+    for s in starts:
+        walk(s, [], {s})
+    for i, t in enumerate(edges):  # edges only reachable inside cycles
+        if len(paths) >= max_paths:
+            break
+        if i not in covered:
+            s = normalize_entity(t.subject)
+            walk(s, [], {s})
+            if i not in covered:  # a self-loop or a path cut by the cap: keep it alone
+                paths.append([i])
+                covered.add(i)
+    # Every triplet must appear even when the cap cut the walk short.
+    paths += [[i] for i in range(len(edges)) if i not in covered]
+    return [[edges[i] for i in p] for p in paths]
+
+
+def render_path(path: Iterable[Triplet]) -> str:
+    """`A -[r1]-> B -[r2]-> C`: entity names as the triplets spell them."""
+    path = list(path)
+    parts = [path[0].subject]
+    for t in path:
+        parts.append(f"-[{t.relation}]-> {t.object}")
+    return " ".join(parts)
+
+
+def render_paths(triplets: Iterable[Triplet], max_paths: int = 64) -> str:
+    """KG-to-Paths: one path per line."""
+    paths = kg_paths(triplets, max_paths=max_paths)
+    return "\n".join(render_path(p) for p in paths) if paths else EMPTY_KG

@@ -1,0 +1,212 @@
+"""Prompt rendering for knowledge exploration, completion, the forced answer and KG-to-Text.
+
+The templates follow the paper's Appendix D (shortened for small models); the instructions
+and the 4 few-shot exemplars of each prompt are data files beside this module
+(explore.yaml, complete.yaml, kg_to_text.yaml). Exemplar outputs are rendered with
+`knowtrace_train.outputs`, the same texts the parser reads back and SFT targets write.
+`fewshot=False` renders the same prompt without the exemplars (for trained adapters).
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import yaml
+
+from knowtrace_train import outputs
+from knowtrace_train.data.schema import Passage
+from knowtrace_train.kg import EMPTY_KG, GuidancePair, Triplet, render_paths, render_triplets
+
+PROMPT_DIR = Path(__file__).resolve().parent
+
+#: The KG renderings of the exploration prompt (paper, Section 3.2).
+KG_FORMATS = ("triplets", "paths", "text")
+
+#: Stop strings: every canonical output is free of blank lines, and a model that goes on
+#: writes the next exemplar's header.
+EXPLORE_STOP = ("\n\n", "\nQuestion:")
+COMPLETE_STOP = ("\n\n", "\nDocuments:", "\nInput Entity")
+KG_TO_TEXT_STOP = ("\n\n", "\nKnowledge triplets:")
+
+QUESTION = "Question:"
+KG_HEADER = "Knowledge triplets collected in previous steps:"
+DOCUMENTS = "Documents:"
+PAIR_HEADER = "Input Entity with Knowledge Guidance:"
+TRIPLETS_HEADER = "Structured Knowledge Triple(s):"
+TEXT_KG_HEADER = "Knowledge triplets:"
+TEXT_HEADER = "Text:"
+
+
+class PromptFileError(ValueError):
+    """A prompt data file that does not have the expected fields."""
+
+
+@dataclass(frozen=True)
+class _Templates:
+    explore: dict[str, Any]
+    complete: dict[str, Any]
+    kg_to_text: dict[str, Any]
+
+
+def _load(name: str, required: Sequence[str]) -> dict[str, Any]:
+    path = PROMPT_DIR / name
+    with path.open(encoding="utf-8") as f:
+        data = yaml.safe_load(f)
+    if not isinstance(data, dict):
+        raise PromptFileError(f"{path}: expected a mapping")
+    for key in required:
+        if key not in data:
+            raise PromptFileError(f"{path}: missing field {key!r}")
+    if len(data["exemplars"]) != 4:
+        raise PromptFileError(f"{path}: expected 4 exemplars, got {len(data['exemplars'])}")
+    return data
+
+
+@functools.lru_cache(maxsize=1)
+def templates() -> _Templates:
+    return _Templates(
+        explore=_load("explore.yaml", ("instruction", "kg_notes", "answer_prefix", "exemplars")),
+        complete=_load("complete.yaml", ("instruction", "exemplars")),
+        kg_to_text=_load("kg_to_text.yaml", ("instruction", "exemplars")),
+    )
+
+
+def _triplets(rows: Sequence[Sequence[str]]) -> list[Triplet]:
+    return [Triplet(str(s), str(r), str(o)) for s, r, o in rows]
+
+
+def _sentences(triplets: Sequence[Triplet]) -> str:
+    """A template rendering of triplets as sentences, used for the exemplars of the
+    KG-to-Text strategy (the question's own graph is rewritten by a model call)."""
+    if not triplets:
+        return EMPTY_KG
+    return " ".join(f"{t.subject} {t.relation} {t.object}." for t in triplets)
+
+
+def render_kg(triplets: Sequence[Triplet], kg_format: str = "triplets", kg_text: str | None = None) -> str:
+    """The graph block of the exploration prompt in one of the three strategies.
+    `kg_text` is the KG-to-Text model output for `triplets` (required for "text" unless empty)."""
+    if kg_format not in KG_FORMATS:
+        raise ValueError(f"kg_format must be one of {KG_FORMATS}, got {kg_format!r}")
+    if kg_format == "triplets":
+        return render_triplets(triplets)
+    if kg_format == "paths":
+        return render_paths(triplets)
+    if not triplets:
+        return EMPTY_KG
+    if kg_text is None:
+        raise ValueError("kg_format='text' needs kg_text (the KG-to-Text output) for a non-empty graph")
+    text = " ".join(kg_text.split())
+    return text or EMPTY_KG
+
+
+def _exploration_output(out: dict[str, Any]) -> str:
+    if "answer" in out:
+        return outputs.exploration_answer(out["thought"], out["answer"])
+    return outputs.exploration_guidance(GuidancePair(str(e), str(g)) for e, g in out["pairs"])
+
+
+def _exploration_head(fewshot: bool, kg_format: str) -> str:
+    t = templates().explore
+    parts = [t["instruction"]]
+    if kg_format != "triplets":
+        parts.append(t["kg_notes"][kg_format])
+    head = "\n".join(parts)
+    if not fewshot:
+        return head + "\n\n"
+    blocks = []
+    for ex in t["exemplars"]:
+        ex_triplets = _triplets(ex["triplets"])
+        kg = _sentences(ex_triplets) if kg_format == "text" else render_kg(ex_triplets, kg_format)
+        blocks.append(f"{QUESTION} {ex['question']}\n{KG_HEADER}\n{kg}\n{_exploration_output(ex['output'])}")
+    return head + "\n\n" + "\n\n".join(blocks) + "\n\n"
+
+
+def render_exploration_prompt(
+    question: str,
+    triplets: Sequence[Triplet],
+    *,
+    fewshot: bool = True,
+    kg_format: str = "triplets",
+    kg_text: str | None = None,
+) -> str:
+    """I_exp(q, G): instruction, exemplars, the question and the graph so far. The model's
+    output starts with the judgement line (`outputs.JUDGEMENT`)."""
+    kg = render_kg(triplets, kg_format, kg_text)
+    return f"{_exploration_head(fewshot, kg_format)}{QUESTION} {question.strip()}\n{KG_HEADER}\n{kg}\n"
+
+
+def answer_prefix() -> str:
+    """What the forced answer prompt appends: the judgement fixed to Yes, then `Thought:`."""
+    return templates().explore["answer_prefix"]
+
+
+def render_answer_prompt(
+    question: str,
+    triplets: Sequence[Triplet],
+    *,
+    fewshot: bool = True,
+    kg_format: str = "triplets",
+    kg_text: str | None = None,
+) -> str:
+    """The final answering call after the last round: the exploration prompt with the
+    judgement fixed to Yes, so the model writes only the thought and the answer.
+    Parse `answer_prefix() + output` with `parse_exploration`."""
+    prompt = render_exploration_prompt(question, triplets, fewshot=fewshot, kg_format=kg_format, kg_text=kg_text)
+    return prompt + answer_prefix()
+
+
+def render_passage(passage: Passage) -> str:
+    """One document line of the completion prompt: `Title: text` on one line."""
+    text = " ".join(passage.text.split())
+    title = " ".join(passage.title.split())
+    return f"{title}: {text}" if title else text
+
+
+def _completion_block(pair: GuidancePair, documents: Sequence[str]) -> str:
+    docs = "\n".join(documents) if documents else EMPTY_KG
+    return f"{DOCUMENTS}\n{docs}\n{PAIR_HEADER}\n{pair.render()}\n{TRIPLETS_HEADER}\n"
+
+
+def render_completion_prompt(pair: GuidancePair, passages: Sequence[Passage], *, fewshot: bool = True) -> str:
+    """I_com(e, r, C): instruction, exemplars, the retrieved documents and the guidance pair.
+    The model's output is one `(subject; relation; object)` per line."""
+    t = templates().complete
+    parts = [t["instruction"] + "\n\n"]
+    if fewshot:
+        for ex in t["exemplars"]:
+            docs = [render_passage(Passage(id="", title=str(a), text=str(b))) for a, b in ex["documents"]]
+            block = _completion_block(GuidancePair(*map(str, ex["pair"])), docs)
+            parts.append(block + outputs.completion(_triplets(ex["triplets"])) + "\n\n")
+    parts.append(_completion_block(pair, [render_passage(p) for p in passages]))
+    return "".join(parts)
+
+
+def render_kg_to_text_prompt(triplets: Sequence[Triplet], *, fewshot: bool = True) -> str:
+    """KG-to-Text: ask the model to rewrite the triplets as sentences (output after `Text:`)."""
+    t = templates().kg_to_text
+    parts = [t["instruction"] + "\n\n"]
+    if fewshot:
+        for ex in t["exemplars"]:
+            kg = render_triplets(_triplets(ex["triplets"]))
+            parts.append(f"{TEXT_KG_HEADER}\n{kg}\n{TEXT_HEADER} {ex['text']}\n\n")
+    parts.append(f"{TEXT_KG_HEADER}\n{render_triplets(triplets)}\n{TEXT_HEADER}")
+    return "".join(parts)
+
+
+def exemplar_names() -> set[str]:
+    """Every entity name the exemplars use (to check they stay clear of evaluation data)."""
+    t = templates()
+    names: set[str] = set()
+    for ex in t.explore["exemplars"]:
+        names.update(str(x) for tr in ex["triplets"] for x in (tr[0], tr[2]))
+        names.update(str(e) for e, _ in ex["output"].get("pairs", ()))
+    for ex in t.complete["exemplars"]:
+        names.update(str(d[0]) for d in ex["documents"])
+        names.update(str(x) for tr in ex["triplets"] for x in (tr[0], tr[2]))
+    for ex in t.kg_to_text["exemplars"]:
+        names.update(str(x) for tr in ex["triplets"] for x in (tr[0], tr[2]))
+    return {n for n in names if not n.isdigit()}

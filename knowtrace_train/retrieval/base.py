@@ -26,6 +26,12 @@ class Retriever(Protocol):
     def search(self, queries: Sequence[str], k: int) -> list[list[ScoredPassage]]: ...
 
 
+def passage_text(passage: Passage) -> str:
+    """The text every backend indexes for a passage: title, newline, paragraph (FlashRAG's
+    `contents` form), so that a title word matches in BM25, dense and Elasticsearch alike."""
+    return f"{passage.title}\n{passage.text}" if passage.title else passage.text
+
+
 def pair_to_query(entity: str, guidance: str) -> str:
     """The query for an entity-relation (guidance) pair; shared by all strategies."""
     entity, guidance = entity.strip(), guidance.strip()

@@ -1,0 +1,236 @@
+"""YAML config files and command-line overrides -> nested typed dataclasses.
+
+`load_config(cls, path, overrides)` reads a YAML mapping, applies `--key value`,
+`--key=value` and `--a.b value` overrides (values read as YAML scalars: `16` is an int,
+`true` a bool, `null` None; a field typed `str` keeps the text as written), and builds `cls`
+with every field checked against its annotation. An unknown key or a wrong type raises
+`ConfigError` naming the key and where it came from (the file, or the command line).
+Any dataclass works: recipes reuse this for evaluation and self-training configs.
+"""
+
+from __future__ import annotations
+
+import collections.abc
+import dataclasses
+import difflib
+import types
+import typing
+from pathlib import Path
+from typing import Any, Mapping, Sequence, TypeVar
+
+import yaml
+
+T = TypeVar("T")
+
+COMMAND_LINE = "command line"
+
+
+class ConfigError(ValueError):
+    """A config that does not fit its dataclass; the message names the key and the source."""
+
+
+class _Raw(str):
+    """A value as typed on the command line (kept as text for `str` fields)."""
+
+
+def parse_overrides(args: Sequence[str], aliases: Mapping[str, str] | None = None) -> dict[str, _Raw]:
+    """`["--a.b", "1", "--c=x", "--flag"]` -> {"a.b": "1", "c": "x", "flag": "true"}."""
+    out: dict[str, _Raw] = {}
+    aliases = dict(aliases or {})
+    i = 0
+    args = list(args)
+    while i < len(args):
+        arg = args[i]
+        if not arg.startswith("--") or len(arg) == 2:
+            raise ConfigError(f"{COMMAND_LINE}: expected --key value, got {arg!r}")
+        key = arg[2:]
+        if "=" in key:
+            key, value = key.split("=", 1)
+            i += 1
+        elif i + 1 < len(args) and not args[i + 1].startswith("--"):
+            value = args[i + 1]
+            i += 2
+        else:
+            value = "true"
+            i += 1
+        key = key.replace("-", "_") if "." not in key else ".".join(k.replace("-", "_") for k in key.split("."))
+        key = aliases.get(key, key)
+        out[key] = _Raw(value)
+    return out
+
+
+def _set_dotted(tree: dict[str, Any], dotted: str, value: Any) -> None:
+    node = tree
+    parts = dotted.split(".")
+    for p in parts[:-1]:
+        child = node.get(p)
+        if not isinstance(child, dict):
+            child = {}
+            node[p] = child
+        node = child
+    node[parts[-1]] = value
+
+
+class _Sources:
+    """Which source set which dotted key (for error messages)."""
+
+    def __init__(self, default: str, overridden: Sequence[str]) -> None:
+        self.default = default
+        self.overridden = set(overridden)
+
+    def of(self, dotted: str) -> str:
+        parts = dotted.split(".")
+        for n in range(len(parts), 0, -1):
+            if ".".join(parts[:n]) in self.overridden:
+                return f"{COMMAND_LINE} (--{'.'.join(parts[:n])})"
+        return self.default
+
+
+def _type_name(tp: Any) -> str:
+    return getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
+
+
+def _convert(value: Any, tp: Any, key: str, src: _Sources) -> Any:
+    where = f"{src.of(key)}: {key}"
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+
+    if tp is Any or tp is object:
+        return yaml.safe_load(value) if isinstance(value, _Raw) else value
+    if origin is typing.Union or (types.UnionType is not None and isinstance(tp, types.UnionType)):
+        if isinstance(value, _Raw) and str in args:
+            return None if value == "null" and type(None) in args else str(value)
+        parsed = yaml.safe_load(value) if isinstance(value, _Raw) else value
+        if parsed is None and type(None) in args:
+            return None
+        for arm in args:
+            if arm is type(None):
+                continue
+            try:
+                return _convert(parsed, arm, key, src)
+            except ConfigError:
+                continue
+        raise ConfigError(f"{where}: expected {_type_name(tp)}, got {parsed!r}")
+    if isinstance(value, _Raw) and tp is not str:
+        value = yaml.safe_load(value) if value.strip() else ""
+    if origin is typing.Literal:
+        if value not in args:
+            raise ConfigError(f"{where}: expected one of {list(args)}, got {value!r}")
+        return value
+    if dataclasses.is_dataclass(tp):
+        if not isinstance(value, Mapping):
+            raise ConfigError(f"{where}: expected a mapping of {tp.__name__} fields, got {value!r}")
+        return _build(tp, value, key, src)
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{where}: expected true or false, got {value!r}")
+        return value
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{where}: expected an integer, got {value!r}")
+        return value
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{where}: expected a number, got {value!r}")
+        return float(value)
+    if tp is str:
+        if isinstance(value, (bool, dict, list)) or value is None:
+            raise ConfigError(f"{where}: expected a string, got {value!r}")
+        return str(value)
+    if tp is Path:
+        if not isinstance(value, (str, Path)):
+            raise ConfigError(f"{where}: expected a path, got {value!r}")
+        return Path(value)
+    if origin in (list, tuple, collections.abc.Sequence):
+        if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{where}: expected a list, got {value!r}")
+        if origin is tuple and args and not (len(args) == 2 and args[1] is Ellipsis):
+            if len(args) != len(value):
+                raise ConfigError(f"{where}: expected {len(args)} items, got {len(value)}")
+            return tuple(_convert(v, a, f"{key}[{i}]", src) for i, (v, a) in enumerate(zip(value, args)))
+        item_tp = args[0] if args else Any
+        items = [_convert(v, item_tp, f"{key}[{i}]", src) for i, v in enumerate(value)]
+        return tuple(items) if origin is tuple else items
+    if origin in (dict, collections.abc.Mapping):
+        if not isinstance(value, Mapping):
+            raise ConfigError(f"{where}: expected a mapping, got {value!r}")
+        ktp, vtp = args if args else (Any, Any)
+        return {_convert(k, ktp, key, src): _convert(v, vtp, f"{key}.{k}", src) for k, v in value.items()}
+    if isinstance(tp, type):
+        if isinstance(value, tp):
+            return value
+        raise ConfigError(f"{where}: expected {tp.__name__}, got {value!r}")
+    return value
+
+
+def _build(cls: type[T], data: Mapping[str, Any], prefix: str, src: _Sources) -> T:
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}  # type: ignore[arg-type]
+    kwargs: dict[str, Any] = {}
+    for k, v in data.items():
+        dotted = f"{prefix}.{k}" if prefix else str(k)
+        if k not in fields:
+            close = difflib.get_close_matches(str(k), list(fields), n=1)
+            hint = f" (did you mean {'.'.join(filter(None, [prefix, close[0]]))!r}?)" if close else ""
+            raise ConfigError(f"{src.of(dotted)}: unknown key {dotted!r} for {cls.__name__}{hint}")
+        kwargs[k] = _convert(v, hints[k], dotted, src)
+    for name, f in fields.items():
+        if name not in kwargs and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            dotted = f"{prefix}.{name}" if prefix else name
+            raise ConfigError(f"{src.default}: missing required key {dotted!r}")
+    try:
+        return cls(**kwargs)
+    except ConfigError:
+        raise
+    except (TypeError, ValueError) as e:
+        raise ConfigError(f"{src.default}: {prefix or cls.__name__}: {e}") from e
+
+
+def read_yaml(path: str | Path) -> dict[str, Any]:
+    """A YAML mapping from `path` (an empty file is an empty mapping)."""
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path}: not valid YAML ({e})") from e
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read ({e.strerror})") from e
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping at the top level, got {type(data).__name__}")
+    return data
+
+
+def load_config(
+    cls: type[T],
+    path: str | Path | None = None,
+    overrides: Sequence[str] | None = None,
+    aliases: Mapping[str, str] | None = None,
+) -> T:
+    """Build `cls` from the YAML file at `path` (optional) and command-line `overrides`
+    (`--key value`, `--key=value`, `--a.b value`; `aliases` maps short keys to dotted ones)."""
+    data = read_yaml(path) if path is not None else {}
+    parsed = parse_overrides(overrides or (), aliases)
+    for k, v in parsed.items():
+        _set_dotted(data, k, v)
+    src = _Sources(str(path) if path is not None else "defaults", list(parsed))
+    return _build(cls, data, "", src)
+
+
+def config_to_dict(obj: Any) -> Any:
+    """A config dataclass as plain YAML/JSON values (paths as strings, tuples as lists)."""
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: config_to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, (list, tuple)):
+        return [config_to_dict(v) for v in obj]
+    if isinstance(obj, dict):
+        return {str(k): config_to_dict(v) for k, v in obj.items()}
+    if isinstance(obj, Path):
+        return str(obj)
+    return obj
+
+
+def dump_config(obj: Any) -> str:
+    """YAML text that `load_config(type(obj), ...)` reads back to an equal object."""
+    return yaml.safe_dump(config_to_dict(obj), sort_keys=False, allow_unicode=True)

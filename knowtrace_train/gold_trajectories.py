@@ -1,0 +1,291 @@
+"""Gold trajectories: the ideal KnowTrace trajectory an item's gold evidence chain implies,
+written as SFT records in the same format as backtraced ones (a warm start for small models).
+
+Per hop of the chain: an exploration with one guidance pair (the hop's entity and what to
+find about it), a completion with the gold triplet over the passages the retriever returns for
+that pair, then a final exploration that concludes with Yes / Thought / Answer. The chain comes
+from `evidence.triples` (the synthetic world, 2WikiMultihopQA, MINTQA; the aligned
+sub-questions, where present, phrase the guidance) or from MuSiQue's decomposition
+(`evidence.sub_questions` with "#k" references and "entity >> relation" steps). Items without
+a chain (HotpotQA) or whose hop answers the retrieved passages do not state are counted under
+their reason, never raised on.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+from tqdm.auto import tqdm
+
+from knowtrace_train import outputs
+from knowtrace_train.backtrace import backtrace_trajectories
+from knowtrace_train.data.schema import Passage, QAItem
+from knowtrace_train.kg import GuidancePair, KnowledgeGraph, TracedTriplet, Triplet
+from knowtrace_train.metrics import normalize_answer
+from knowtrace_train.retrieval.base import Retriever, pair_to_query
+from knowtrace_train.trajectory import ModelCall, Trajectory
+
+log = logging.getLogger(__name__)
+
+GOLD_STRATEGY = "gold"
+NO_CHAIN = "no_chain"
+NO_CHAIN_ENTITY = "no_chain_entity"
+UNSUPPORTED_HOP = "unsupported_hop"
+
+_REF = re.compile(r"#(\d+)")
+_AUX = r"(?:is|are|was|were|did|does|do|has|have|had)"
+#: a leading wh-phrase: "who was", "where did", "which state", "what city did", "how many stores are"
+_WH = re.compile(
+    rf"^\s*(?:(?:what|which|whose|how\s+(?:many|much))(?:\s+(?!{_AUX}\b)\w+)?|who|whom|where|when|why|how)\b"
+    rf"(?:\s+{_AUX}\b)?\s*",
+    re.IGNORECASE,
+)
+_PARTICIPLE = {"born", "educated", "founded", "located", "married", "directed", "written", "painted",
+               "published", "employed", "based", "buried", "named", "owned", "produced", "composed",
+               "headquartered", "formed", "released", "created", "designed", "built"}
+
+
+@dataclass(frozen=True)
+class Hop:
+    """One step of a gold chain: the pair exploration asks and the triplet completion finds."""
+
+    pair: GuidancePair
+    triplet: Triplet
+    #: the hop's sentence in the final thought, where the relation does not make one
+    sentence: str | None = None
+
+
+def _guidance(entity: str, relation: str) -> str:
+    return f"find the {relation} of {entity}"
+
+
+def _sub_question_text(question: str, answers: Sequence[str]) -> str:
+    def ref(m: re.Match) -> str:
+        k = int(m.group(1)) - 1
+        return answers[k] if 0 <= k < len(answers) else m.group(0)
+
+    return " ".join(_REF.sub(ref, question).split())
+
+
+def _triples_chain(item: QAItem) -> list[Hop]:
+    triples = [Triplet(*map(str, t)) for t in item.evidence.triples]
+    subs = item.evidence.sub_questions
+    aligned = len(subs) == len(triples)
+    hops = []
+    for i, t in enumerate(triples):
+        guidance = _sub_question_text(subs[i].question, [s.answer for s in subs]) if aligned else \
+            _guidance(t.subject, t.relation)
+        hops.append(Hop(GuidancePair(t.subject, guidance), t))
+    return hops
+
+
+def _relation_from_question(question: str, entity: str) -> str:
+    """A relation phrase from a natural-language sub-question: the question without its
+    wh-phrase, the entity and the question mark ("Which state borders #2 to the east?" ->
+    "borders to the east")."""
+    q = question.replace("?", " ")
+    q = _REF.sub(" ", q)
+    if entity:
+        q = re.sub(re.escape(entity), " ", q, flags=re.IGNORECASE)
+    q = _WH.sub("", q.strip())
+    return " ".join(q.split()).strip(" ,.") or "is related to"
+
+
+def _musique_chain(item: QAItem) -> list[Hop] | str:
+    subs = item.evidence.sub_questions
+    answers = [s.answer for s in subs]
+    titles = {p.id: p.title for p in item.context}
+    hops = []
+    for s in subs:
+        q = s.question.strip()
+        if ">>" in q:
+            ent, rel = (x.strip() for x in q.split(">>", 1))
+            entity = _sub_question_text(ent, answers)
+            relation = rel
+            guidance = _guidance(entity, relation)
+        else:
+            refs = [int(k) - 1 for k in _REF.findall(q)]
+            if refs and 0 <= refs[0] < len(answers):
+                entity = answers[refs[0]]
+            else:
+                cands = [titles[p] for p in s.paragraph_ids if p in titles]
+                entity = next((t for t in cands if t and t.lower() in q.lower()), "")
+                if not entity:
+                    return NO_CHAIN_ENTITY
+            relation = _relation_from_question(q, entity if not refs else "")
+            guidance = _sub_question_text(q, answers).rstrip(" ?") + "?"
+        if not entity.strip() or not s.answer.strip():
+            return NO_CHAIN_ENTITY
+        sentence = None if ">>" in q else f"The answer to \"{guidance}\" is {s.answer}."
+        hops.append(Hop(GuidancePair(entity, guidance), Triplet(entity, relation, s.answer), sentence))
+    return hops
+
+
+def gold_chain(item: QAItem) -> list[Hop] | str:
+    """The hops of an item's gold evidence chain, or the reason it has none."""
+    if item.evidence.triples:
+        return _triples_chain(item)
+    if item.evidence.sub_questions:
+        return _musique_chain(item)
+    return NO_CHAIN
+
+
+def _sentence(t: Triplet) -> str:
+    words = t.relation.split()
+    if words and (words[0].lower() in _PARTICIPLE):
+        return f"{t.subject} was {t.relation} {t.object}."
+    if words and words[-1].lower() in {"in", "at", "by", "of", "to", "from", "for", "with", "on", "as"}:
+        return f"{t.subject} {t.relation} {t.object}."
+    if len(words) <= 4 and not re.search(r"\b(is|was|are|were|has|had)\b", t.relation):
+        return f"The {t.relation} of {t.subject} is {t.object}."
+    return f"{t.subject} {t.relation} {t.object}."
+
+
+def gold_thought(hops: Sequence[Hop], answer: str) -> str:
+    """The final thought: one sentence per hop, then the answer."""
+    return " ".join(h.sentence or _sentence(h.triplet) for h in hops) + f" So the answer is {answer}."
+
+
+def _supported(t: Triplet, passages: Sequence[Passage]) -> bool:
+    obj = normalize_answer(t.object)
+    if not obj:
+        return False
+    return any(f" {obj} " in f" {normalize_answer(p.title + ' ' + p.text)} " for p in passages)
+
+
+def build_gold_trajectory(
+    item: QAItem,
+    hops: Sequence[Hop],
+    passages_per_hop: Sequence[Sequence[Passage]],
+    *,
+    fewshot: bool = True,
+    kg_format: str = "triplets",
+    count_tokens: Callable[[str], int] | None = None,
+) -> Trajectory:
+    """The ideal trajectory of `item` over the given hops and the passages retrieved per hop."""
+    from knowtrace_train import prompts
+
+    count = count_tokens or (lambda s: len(s.split()))
+    graph = KnowledgeGraph()
+    calls: list[ModelCall] = []
+
+    def add_call(role: str, rnd: int, prompt: str, output: str, **kw: Any) -> ModelCall:
+        c = ModelCall(index=len(calls), role=role, round=rnd, prompt=prompt, output=output,
+                      prompt_tokens=count(prompt), output_tokens=count(output), **kw)
+        calls.append(c)
+        return c
+
+    for rnd, (hop, passages) in enumerate(zip(hops, passages_per_hop), start=1):
+        shown = [t.triplet for t in graph.triplets]
+        e = add_call("explore", rnd, prompts.render_exploration_prompt(item.question, shown, fewshot=fewshot,
+                                                                      kg_format=kg_format),
+                     outputs.exploration_guidance([hop.pair]),
+                     parsed={"sufficient": False, "thought": None, "answer": None,
+                             "pairs": [[hop.pair.entity, hop.pair.guidance]], "rejected": [], "error": None})
+        graph.note_expansion_point(hop.pair.entity, rnd, e.index)
+        c = add_call("complete", rnd, prompts.render_completion_prompt(hop.pair, passages, fewshot=fewshot),
+                     outputs.completion([hop.triplet]), pair=hop.pair, passage_ids=[p.id for p in passages],
+                     retrieved_tokens=sum(count(p.text) for p in passages),
+                     parsed={"triplets": [[hop.triplet.subject, hop.triplet.relation, hop.triplet.object]],
+                             "rejected": [], "error": None})
+        if graph.add(TracedTriplet(hop.triplet, rnd, hop.pair, c.index, tuple(p.id for p in passages))):
+            c.triplets.append(len(graph.triplets) - 1)
+    thought = gold_thought(hops, item.answer)
+    shown = [t.triplet for t in graph.triplets]
+    add_call("explore", len(hops) + 1,
+             prompts.render_exploration_prompt(item.question, shown, fewshot=fewshot, kg_format=kg_format),
+             outputs.exploration_answer(thought, item.answer),
+             parsed={"sufficient": True, "thought": thought, "answer": item.answer, "pairs": [],
+                     "rejected": [], "error": None})
+    return Trajectory(id=f"{item.id}#gold", question_id=item.id, question=item.question, answers=list(item.answers),
+                      dataset=item.dataset, strategy=GOLD_STRATEGY, calls=calls, graph=graph,
+                      prediction=item.answer, thought=thought, stop_reason="answered", rounds=len(hops) + 1,
+                      em=1.0, f1=1.0)
+
+
+@dataclass
+class GoldResult:
+    """SFT records per role from gold trajectories, the counts (items with a trajectory,
+    items skipped per reason, and the backtracing statistics of the trajectories as a
+    consistency check: FA should be 0) and the trajectories themselves."""
+
+    records_by_role: dict[str, list[dict[str, Any]]]
+    stats: dict[str, Any]
+    trajectories: list[Trajectory] = field(default_factory=list)
+
+
+def gold_trajectories(
+    items: Iterable[QAItem],
+    retriever: Retriever,
+    *,
+    k: int = 5,
+    fewshot: bool = True,
+    kg_format: str = "triplets",
+    require_support: bool = True,
+    count_tokens: Callable[[str], int] | None = None,
+    batch_size: int = 256,
+) -> tuple[list[Trajectory], dict[str, int]]:
+    """Gold trajectories of the items that have a chain, and per-reason counts of those that
+    have none. With `require_support`, an item whose hop object appears in none of the
+    passages retrieved for that hop is skipped (training on it would teach invention)."""
+    items = list(items)
+    reasons: dict[str, int] = defaultdict(int)
+    chains: list[tuple[QAItem, list[Hop]]] = []
+    for it in items:
+        chain = gold_chain(it)
+        if isinstance(chain, str) or not chain:
+            reasons[chain if isinstance(chain, str) else NO_CHAIN] += 1
+        else:
+            chains.append((it, chain))
+    queries = [pair_to_query(h.pair.entity, h.pair.guidance) for _, ch in chains for h in ch]
+    results: list[list[Passage]] = []
+    for i in tqdm(range(0, len(queries), batch_size), desc="gold retrieval", disable=len(queries) <= batch_size):
+        batch = retriever.search(queries[i : i + batch_size], k)
+        results += [[sp.passage for sp in hits] for hits in batch]
+    out: list[Trajectory] = []
+    pos = 0
+    for it, chain in chains:
+        per_hop = results[pos : pos + len(chain)]
+        pos += len(chain)
+        if require_support and not all(_supported(h.triplet, ps) for h, ps in zip(chain, per_hop)):
+            reasons[UNSUPPORTED_HOP] += 1
+            continue
+        out.append(build_gold_trajectory(it, chain, per_hop, fewshot=fewshot, kg_format=kg_format,
+                                         count_tokens=count_tokens))
+    return out, dict(sorted(reasons.items()))
+
+
+def gold_trajectory_records(
+    items: Iterable[QAItem],
+    retriever: Retriever,
+    *,
+    k: int = 5,
+    fewshot: bool = True,
+    kg_format: str = "triplets",
+    require_support: bool = True,
+    count_tokens: Callable[[str], int] | None = None,
+    iteration: int | None = 0,
+) -> GoldResult:
+    """SFT records {"prompt", "completion", "role", "trajectory_id", "iteration"} per role from
+    the gold trajectories of `items` (every generation kept: they are ideal by construction)."""
+    items = list(items)
+    count = count_tokens or (lambda s: len(s.split()))
+    trajs, reasons = gold_trajectories(items, retriever, k=k, fewshot=fewshot, kg_format=kg_format,
+                                       require_support=require_support, count_tokens=count)
+    by_id: Mapping[str, QAItem] = {it.id: it for it in items}
+    res = backtrace_trajectories(trajs, by_id, count_tokens=count, mode="star", iteration=iteration)
+    check = backtrace_trajectories(trajs, by_id, count_tokens=count, mode="backtrace")
+    stats = {
+        "items": len(items),
+        "trajectories": len(trajs),
+        "skipped": reasons,
+        "records": res.stats["records"],
+        "backtrace_check": {"fa_ratio": check.stats["fa_ratio"], "backtraced": check.stats["backtraced"],
+                            "skipped": check.stats["skipped"]},
+    }
+    log.info("gold trajectories: %d of %d items, skipped %s", len(trajs), len(items), reasons)
+    return GoldResult(records_by_role=res.records_by_role, stats=stats, trajectories=trajs)

@@ -1,0 +1,49 @@
+"""Rationalization (STaR, Section 3.2): rerun wrong questions with the gold answer as a hint,
+then train on the correct reruns as if the hint had never been there.
+
+The hint is appended to the question text, so every strategy runs a hinted item unchanged.
+A trajectory of a hinted item carries the hinted question; `unhint_prompt` turns any prompt
+that shows it back into the prompt of the plain question (backtracing does this for every
+exploration record), and `mentions_hint` catches a thought that leans on the hint.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Iterable
+
+from knowtrace_train.data.schema import QAItem
+
+HINT_TEMPLATE = "{question} (Hint: the answer is {answer}.)"
+_HINT_WORD = re.compile(r"\bhint(?:s|ed)?\b", re.IGNORECASE)
+
+
+def hinted_question(question: str, answer: str) -> str:
+    """The question with the gold answer given as a hint."""
+    return HINT_TEMPLATE.format(question=question.strip(), answer=answer.strip())
+
+
+def hinted_items(items: Iterable[QAItem]) -> list[QAItem]:
+    """The items to rerun for rationalization: same id, answers and evidence, hinted question."""
+    return [dataclasses.replace(it, question=hinted_question(it.question, it.answer)) for it in items]
+
+
+def is_hinted(trajectory_question: str, item_question: str) -> bool:
+    """Whether a trajectory ran on the hinted form of the item's question."""
+    q = trajectory_question.strip()
+    return q != item_question.strip() and q.startswith(item_question.strip()) and "Hint:" in q
+
+
+def unhint_prompt(prompt: str, hinted: str, question: str) -> str | None:
+    """The prompt with the hinted question replaced by the plain one; None where the prompt
+    does not show the hinted question (then it has to be rendered afresh)."""
+    hinted, question = hinted.strip(), question.strip()
+    if hinted not in prompt:
+        return None
+    return prompt.replace(hinted, question)
+
+
+def mentions_hint(text: str | None) -> bool:
+    """A thought that refers to the hint cannot be trained on without it."""
+    return bool(text) and bool(_HINT_WORD.search(text or ""))

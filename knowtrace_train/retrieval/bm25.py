@@ -1,0 +1,229 @@
+"""BM25 retrieval with bm25s: one analyzer for passages and queries, a cached memory-mapped
+index, and batched search as one sparse product over the queries of a batch."""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from knowtrace_train.data.schema import Passage
+from knowtrace_train.retrieval.base import RetrievalError, ScoredPassage, check_search_args, passage_text
+from knowtrace_train.retrieval.cache import build_once, cache_key, corpus_fingerprint, resolve_cache_dir
+
+log = logging.getLogger(__name__)
+
+#: Bumped whenever the files written into a cached index change meaning.
+INDEX_FORMAT = 1
+#: bm25s scoring variants whose scores live entirely in the stored matrix (BM25L and BM25+
+#: add a score to every document, which a sparse product cannot see).
+METHODS = ("lucene", "robertson", "atire")
+#: How many postings one sparse product may touch before the batch is split (bounds memory).
+POSTINGS_PER_CHUNK = 8_000_000
+MAX_QUERIES_PER_CHUNK = 4096
+
+
+@dataclass(frozen=True)
+class BM25Settings:
+    """What shapes a BM25 index; all of it is part of the cache key."""
+
+    #: PyStemmer algorithm ("english", "porter", ...) or None for no stemming.
+    stemmer: str | None = "english"
+    #: bm25s stopword list name ("english", "en_plus", ...) or None for none.
+    stopwords: str | None = "english"
+    lower: bool = True
+    #: words are the regex's matches (scikit-learn's default: two or more word characters).
+    token_pattern: str = r"(?u)\b\w\w+\b"
+    #: k1 and b default to Lucene's and Elasticsearch's values, which the KnowTrace paper used.
+    k1: float = 1.2
+    b: float = 0.75
+    method: str = "lucene"
+
+    def __post_init__(self) -> None:
+        if self.method not in METHODS:
+            raise ValueError(f"bm25 method must be one of {METHODS}, got {self.method!r}")
+        if self.k1 < 0 or not 0 <= self.b <= 1:
+            raise ValueError(f"bm25 needs k1 >= 0 and 0 <= b <= 1, got k1={self.k1}, b={self.b}")
+        if self.stemmer is not None:
+            import Stemmer
+
+            if self.stemmer not in Stemmer.algorithms():
+                raise ValueError(f"unknown stemmer {self.stemmer!r}; PyStemmer has {sorted(Stemmer.algorithms())}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def make_analyzer(settings: BM25Settings):
+    """The bm25s tokenizer for these settings. The same object (or one restored from the same
+    saved vocabulary) turns passages into terms at indexing and queries into terms at search,
+    so lowercasing, splitting, stopwords and stemming can never differ between the two."""
+    from bm25s.tokenization import Tokenizer
+
+    stemmer = None
+    if settings.stemmer is not None:
+        import Stemmer
+
+        stemmer = Stemmer.Stemmer(settings.stemmer)
+    return Tokenizer(
+        lower=settings.lower,
+        splitter=settings.token_pattern,
+        stopwords=settings.stopwords if settings.stopwords is not None else None,
+        stemmer=stemmer,
+    )
+
+
+class BM25Retriever:
+    """BM25 over a fixed list of passages (the embedded default backend).
+
+    The index (bm25s' score matrix plus the analyzer's vocabulary) is written to
+    `cache_dir/bm25/<key>`, where the key hashes the passages and the settings, and is loaded
+    from there memory-mapped on the next run. `cache_dir=None` keeps everything in memory.
+    """
+
+    def __init__(
+        self,
+        passages: Sequence[Passage],
+        settings: BM25Settings = BM25Settings(),
+        cache_dir: str | Path | None = "",
+        show_progress: bool = False,
+    ) -> None:
+        if len(passages) == 0:
+            raise RetrievalError("cannot build a BM25 index over an empty corpus")
+        self.passages = list(passages)
+        self.settings = settings
+        self.show_progress = show_progress
+        root = resolve_cache_dir(cache_dir)
+        if root is None:
+            self._analyzer, model = self._build()
+            self.index_dir: Path | None = None
+        else:
+            key = cache_key(corpus_fingerprint(self.passages), {"format": INDEX_FORMAT, **settings.to_dict()})
+            self.index_dir = build_once(root / "bm25" / key, self._build_into)
+            self._analyzer, model = self._load(self.index_dir)
+        self._set_matrix(model)
+        #: whether the score matrix is read from the cache folder on demand rather than held in memory
+        self.memory_mapped = isinstance(model.scores["data"], np.memmap)
+
+    # -- indexing --------------------------------------------------------
+    def _build(self):
+        analyzer = make_analyzer(self.settings)
+        texts = [passage_text(p) for p in self.passages]
+        term_ids = analyzer.tokenize(
+            texts, update_vocab=True, return_as="ids", show_progress=self.show_progress, allow_empty=False
+        )
+        vocab = analyzer.get_vocab_dict()
+        if not vocab:
+            raise RetrievalError(
+                f"no passage of the {len(texts)} has an indexable word (all are empty or stopwords)"
+            )
+        model = self._model()
+        model.index((term_ids, vocab), create_empty_token=False, show_progress=self.show_progress)
+        return analyzer, model
+
+    def _build_into(self, folder: Path) -> None:
+        log.info("building a BM25 index over %d passages in %s", len(self.passages), folder)
+        analyzer, model = self._build()
+        model.save(folder, show_progress=False)
+        analyzer.save_vocab(folder)
+        meta = {"format": INDEX_FORMAT, "num_docs": len(self.passages), "settings": self.settings.to_dict()}
+        (folder / "knowtrace_bm25.json").write_text(json.dumps(meta, indent=2) + "\n")
+
+    def _load(self, folder: Path):
+        import bm25s
+
+        meta = json.loads((folder / "knowtrace_bm25.json").read_text())
+        if meta.get("num_docs") != len(self.passages):
+            raise RetrievalError(
+                f"the cached BM25 index in {folder} holds {meta.get('num_docs')} passages, "
+                f"not {len(self.passages)}; delete that folder to rebuild it"
+            )
+        analyzer = make_analyzer(self.settings)
+        analyzer.load_vocab(folder)
+        model = bm25s.BM25.load(folder, mmap=True, load_vocab=False, show_progress=False)
+        log.info("loaded the BM25 index in %s (memory-mapped)", folder)
+        return analyzer, model
+
+    def _model(self):
+        import bm25s
+
+        s = self.settings
+        return bm25s.BM25(k1=s.k1, b=s.b, method=s.method, backend="numpy")
+
+    def _set_matrix(self, model) -> None:
+        """Term-by-passage matrix of BM25 term scores: bm25s stores it column-compressed by
+        term, which is exactly a CSR matrix with one row per term."""
+        import scipy.sparse as sp
+
+        self.model = model  # the bm25s.BM25 holding the score matrix
+        scores = model.scores
+        n_terms = len(scores["indptr"]) - 1
+        self._matrix = sp.csr_matrix(
+            (scores["data"], scores["indices"], scores["indptr"]), shape=(n_terms, len(self.passages))
+        )
+        self._postings = np.diff(np.asarray(self._matrix.indptr, dtype=np.int64))
+
+    # -- search ------------------------------------------------------------
+    def analyze(self, queries: Sequence[str]) -> list[list[int]]:
+        """Term ids of each query, by the index's own analyzer; words the corpus never had drop out."""
+        return self._analyzer.tokenize(
+            list(queries), update_vocab=False, return_as="ids", show_progress=False, allow_empty=False
+        )
+
+    def search(self, queries: Sequence[str], k: int) -> list[list[ScoredPassage]]:
+        check_search_args(queries, k)
+        term_ids = self.analyze(queries)
+        out: list[list[ScoredPassage]] = []
+        for start, stop in self._chunks(term_ids):
+            out.extend(self._search_chunk(term_ids[start:stop], k))
+        return out
+
+    def _chunks(self, term_ids: list[list[int]]):
+        """Consecutive query ranges whose postings together stay under the chunk budget."""
+        start, budget = 0, 0
+        for i, ids in enumerate(term_ids):
+            cost = int(self._postings[ids].sum()) if ids else 0
+            if i > start and (budget + cost > POSTINGS_PER_CHUNK or i - start >= MAX_QUERIES_PER_CHUNK):
+                yield start, i
+                start, budget = i, 0
+            budget += cost
+        if start < len(term_ids):
+            yield start, len(term_ids)
+
+    def _search_chunk(self, term_ids: list[list[int]], k: int) -> list[list[ScoredPassage]]:
+        import scipy.sparse as sp
+
+        n_terms = self._matrix.shape[0]
+        rows = np.repeat(np.arange(len(term_ids)), [len(t) for t in term_ids])
+        cols = np.fromiter((t for ids in term_ids for t in ids), dtype=np.int64, count=len(rows))
+        # a repeated query word counts as often as it occurs, as in bm25s' own scoring
+        queries = sp.csr_matrix(
+            (np.ones(len(rows), dtype=self._matrix.dtype), (rows, cols)), shape=(len(term_ids), n_terms)
+        )
+        scores = queries @ self._matrix  # (queries x passages), only passages sharing a term
+        indptr, indices, data = scores.indptr, scores.indices, scores.data
+        results = []
+        for q in range(len(term_ids)):
+            lo, hi = indptr[q], indptr[q + 1]
+            docs, vals = indices[lo:hi], data[lo:hi]
+            if hi - lo > k:
+                docs, vals = _top_k(docs, vals, k)
+            order = np.lexsort((docs, -vals))  # best first; ties by corpus order
+            results.append([ScoredPassage(self.passages[d], float(v)) for d, v in zip(docs[order], vals[order])])
+        return results
+
+
+def _top_k(docs: np.ndarray, vals: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The k best (doc, score) pairs; among passages tied at the k-th score, the earliest in
+    the corpus, so that results never depend on the order a sparse product left them in."""
+    kth = np.partition(vals, len(vals) - k)[len(vals) - k]
+    above = np.flatnonzero(vals > kth)
+    tied = np.flatnonzero(vals == kth)
+    if len(tied) > k - len(above):
+        tied = tied[np.argsort(docs[tied], kind="stable")[: k - len(above)]]
+    keep = np.concatenate([above, tied])
+    return docs[keep], vals[keep]

@@ -1,0 +1,76 @@
+"""On-disk cache of retrieval indexes, keyed by the corpus content and the settings that shaped them."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from knowtrace_train.data.schema import Passage
+
+log = logging.getLogger(__name__)
+
+#: Where indexes go unless a config names another folder ($KNOWTRACE_CACHE_DIR overrides).
+DEFAULT_CACHE_DIR = "~/.cache/knowtrace-train/retrieval"
+
+
+def resolve_cache_dir(cache_dir: str | os.PathLike | None) -> Path | None:
+    """The cache folder to use: `None` turns caching off; "" means the default."""
+    if cache_dir is None:
+        return None
+    if str(cache_dir) == "":
+        cache_dir = os.environ.get("KNOWTRACE_CACHE_DIR") or DEFAULT_CACHE_DIR
+    return Path(cache_dir).expanduser()
+
+
+def corpus_fingerprint(passages: Sequence[Passage]) -> str:
+    """SHA-256 of the passages' ids, titles and texts, in order: the same corpus gives the
+    same fingerprint in any process, and any change to any passage gives another."""
+    h = hashlib.sha256()
+    h.update(len(passages).to_bytes(8, "little"))
+    for p in passages:
+        for part in (p.id, p.title, p.text):
+            b = part.encode("utf-8")
+            h.update(len(b).to_bytes(8, "little"))
+            h.update(b)
+    return h.hexdigest()
+
+
+def cache_key(corpus_fp: str, settings: dict[str, Any]) -> str:
+    """Key of one index: the corpus fingerprint plus the settings that change the index."""
+    blob = json.dumps({"corpus": corpus_fp, "settings": settings}, sort_keys=True)
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:24]
+
+
+def build_once(target: Path, build: Callable[[Path], None]) -> Path:
+    """Return `target` if it holds a finished index; otherwise call `build(tmp)` on a fresh
+    folder beside it and rename that folder into place. A killed build leaves only a
+    temporary folder behind, never a half-written `target`; two processes building the same
+    index at once both succeed and one copy wins."""
+    if (target / "DONE").exists():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    os.chmod(tmp, 0o755)
+    try:
+        build(tmp)
+        (tmp / "DONE").write_text("ok\n")
+        if target.exists():  # an unfinished leftover (no DONE marker): replace it
+            if (target / "DONE").exists():
+                return target
+            shutil.rmtree(target)
+        try:
+            os.replace(tmp, target)
+        except OSError:
+            if not (target / "DONE").exists():
+                raise
+            log.info("another process finished %s first; using its copy", target)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return target

@@ -1,0 +1,186 @@
+"""Elasticsearch / OpenSearch retrieval: bulk indexing with BM25 and batched multi-search, for
+corpora that outgrow one machine (the KnowTrace paper retrieved through Elasticsearch)."""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any, Iterator, Sequence
+
+from knowtrace_train.data.schema import Passage
+from knowtrace_train.retrieval.base import RetrievalError, ScoredPassage, check_search_args, passage_text
+from knowtrace_train.retrieval.cache import cache_key, corpus_fingerprint
+
+log = logging.getLogger(__name__)
+
+FLAVORS = ("elasticsearch", "opensearch")
+URL_ENV = "KNOWTRACE_ES_URL"
+INDEX_FORMAT = 1
+
+
+class ElasticRetriever:
+    """BM25 search in an Elasticsearch or OpenSearch index built from the passages.
+
+    The index is named after the corpus content and settings unless `index` names it, and an
+    index that already holds this very corpus is reused rather than rebuilt. Each passage is
+    one document whose `contents` (title, newline, paragraph) is analysed by the server's
+    `english` analyzer (lowercase, English stopwords, Porter stemming).
+    """
+
+    def __init__(
+        self,
+        passages: Sequence[Passage],
+        url: str | None = None,
+        index: str | None = None,
+        flavor: str = "elasticsearch",
+        k1: float = 1.2,
+        b: float = 0.75,
+        recreate: bool = False,
+        batch_size: int = 256,
+        timeout_s: float = 30.0,
+        show_progress: bool = False,
+    ) -> None:
+        if flavor not in FLAVORS:
+            raise RetrievalError(f"flavor must be one of {FLAVORS}, got {flavor!r}")
+        if len(passages) == 0:
+            raise RetrievalError(f"cannot build an {flavor} index over an empty corpus")
+        if batch_size <= 0:
+            raise RetrievalError(f"batch_size must be positive, got {batch_size}")
+        self.passages = list(passages)
+        self.flavor = flavor
+        self.url = url or os.environ.get(URL_ENV, "")
+        if not self.url:
+            raise RetrievalError(
+                f"no {flavor} server given: set the retriever's `url` or the {URL_ENV} environment "
+                "variable (for example http://localhost:9200)"
+            )
+        self.batch_size = batch_size
+        self.show_progress = show_progress
+        self.client = _connect(flavor, self.url, timeout_s)
+        self._fingerprint = cache_key(corpus_fingerprint(self.passages), {"format": INDEX_FORMAT, "k1": k1, "b": b})
+        self.index = (index or f"knowtrace-{self._fingerprint[:16]}").lower()
+        self._ensure_index(k1, b, recreate)
+
+    # -- indexing --------------------------------------------------------
+    def _ensure_index(self, k1: float, b: float, recreate: bool) -> None:
+        exists = bool(self.client.indices.exists(index=self.index))
+        if exists and recreate:
+            log.info("deleting %s index %s (recreate=True)", self.flavor, self.index)
+            self.client.indices.delete(index=self.index)
+            exists = False
+        if exists:
+            meta = self._index_meta()
+            count = int(self.client.count(index=self.index)["count"])
+            if meta.get("knowtrace_corpus") == self._fingerprint and count == len(self.passages):
+                log.info("reusing %s index %s (%d passages)", self.flavor, self.index, count)
+                return
+            raise RetrievalError(
+                f"{self.flavor} index {self.index!r} at {self.url} exists but holds another corpus "
+                f"({count} documents, fingerprint {meta.get('knowtrace_corpus')!r}); "
+                "pass recreate=True to rebuild it, or name another index"
+            )
+        settings = {
+            "number_of_shards": 1,
+            "number_of_replicas": 0,
+            "similarity": {"default": {"type": "BM25", "k1": k1, "b": b}},
+        }
+        mappings = {
+            "_meta": {"knowtrace_corpus": self._fingerprint, "num_docs": len(self.passages)},
+            "dynamic": "strict",
+            "properties": {
+                "contents": {"type": "text", "analyzer": "english"},
+                "pid": {"type": "keyword"},
+                "pos": {"type": "integer", "index": False},
+            },
+        }
+        if self.flavor == "elasticsearch":
+            self.client.indices.create(index=self.index, settings=settings, mappings=mappings)
+        else:
+            self.client.indices.create(index=self.index, body={"settings": settings, "mappings": mappings})
+        self._bulk_index()
+
+    def _index_meta(self) -> dict[str, Any]:
+        mapping = self.client.indices.get_mapping(index=self.index)
+        body = dict(mapping).get(self.index, {})
+        return dict(body.get("mappings", {}).get("_meta", {}))
+
+    def _actions(self) -> Iterator[dict[str, Any]]:
+        for pos, p in enumerate(self.passages):
+            yield {"_index": self.index, "_id": str(pos), "_source": {"contents": passage_text(p), "pid": p.id, "pos": pos}}
+
+    def _bulk_index(self) -> None:
+        from tqdm.auto import tqdm
+
+        if self.flavor == "elasticsearch":
+            from elasticsearch.helpers import streaming_bulk
+        else:
+            from opensearchpy.helpers import streaming_bulk
+        log.info("bulk-indexing %d passages into %s index %s", len(self.passages), self.flavor, self.index)
+        failed = []
+        progress = tqdm(total=len(self.passages), desc=f"{self.flavor} bulk index", disable=not self.show_progress)
+        for ok, info in streaming_bulk(self.client, self._actions(), chunk_size=1000, raise_on_error=False):
+            progress.update(1)
+            if not ok:
+                failed.append(info)
+        progress.close()
+        if failed:
+            raise RetrievalError(f"{len(failed)} passages failed to index into {self.index!r}; first: {failed[0]}")
+        self.client.indices.refresh(index=self.index)
+
+    # -- search ------------------------------------------------------------
+    def search(self, queries: Sequence[str], k: int) -> list[list[ScoredPassage]]:
+        check_search_args(queries, k)
+        size = min(k, len(self.passages))
+        out: list[list[ScoredPassage]] = []
+        for start in range(0, len(queries), self.batch_size):
+            batch = queries[start : start + self.batch_size]
+            lines: list[dict[str, Any]] = []
+            for q in batch:
+                lines.append({"index": self.index})
+                lines.append({"query": {"match": {"contents": {"query": q}}}, "size": size, "_source": ["pos"]})
+            try:
+                responses = self.client.msearch(body=lines)["responses"]
+            except Exception as e:  # transport errors of either client
+                raise RetrievalError(f"{self.flavor} multi-search at {self.url} failed: {type(e).__name__}: {e}") from e
+            for i, resp in enumerate(responses):
+                if "error" in resp:
+                    raise RetrievalError(f"{self.flavor} search for query {start + i} failed: {resp['error']}")
+                out.append(
+                    [
+                        ScoredPassage(self.passages[int(h["_source"]["pos"])], float(h["_score"]))
+                        for h in resp["hits"]["hits"]
+                    ]
+                )
+        return out
+
+    def delete_index(self) -> None:
+        """Remove this retriever's index from the server."""
+        self.client.indices.delete(index=self.index)
+
+
+def _connect(flavor: str, url: str, timeout_s: float):
+    """A client for the server at `url`, after checking that the server answers."""
+    try:
+        if flavor == "elasticsearch":
+            from elasticsearch import Elasticsearch
+
+            client = Elasticsearch(url, request_timeout=timeout_s, max_retries=1, retry_on_timeout=False)
+        else:
+            from opensearchpy import OpenSearch
+
+            client = OpenSearch(hosts=[url], timeout=timeout_s, max_retries=1, retry_on_timeout=False)
+    except ImportError as e:
+        pkg = "elasticsearch" if flavor == "elasticsearch" else "opensearch"
+        raise RetrievalError(f"the {flavor} backend needs its client: pip install 'knowtrace-train[{pkg}]'") from e
+    except ValueError as e:
+        raise RetrievalError(f"bad {flavor} URL {url!r}: {e}") from e
+    try:
+        info = client.info()
+    except Exception as e:  # connection refused, DNS, TLS, auth: all mean "cannot use this server"
+        raise RetrievalError(
+            f"cannot reach {flavor} at {url}: {type(e).__name__}: {e}. Is the server running? "
+            f"(see the README's retrieval section; the URL comes from the config's `url` or {URL_ENV})"
+        ) from e
+    version = dict(info).get("version", {})
+    log.info("connected to %s %s at %s", version.get("distribution", flavor), version.get("number", "?"), url)
+    return client

@@ -1,0 +1,426 @@
+"""KnowTrace inference (the paper's Algorithm 1) as a batched rollout engine.
+
+All unfinished questions advance together. Each round makes one batch of exploration
+calls, one batched retrieval for every guidance pair of every question, one batch of
+completion calls (the paper's parallelizable inner loop), then grows each question's
+traced knowledge graph. A question stops when its exploration answers ("answered"),
+after `max_rounds` rounds ("max_rounds"), when a round adds no new triplet
+("no_progress"), or when exploration gives neither an answer nor a usable guidance pair
+("no_guidance"); every stop without an answer ends with one forced answering call over
+the graph. Model text never stops a run: unusable outputs are recorded on the call.
+
+Wall time per question (the rule): each batched model call's time is split among its
+requests in proportion to their tokens (prompt + output); each batched retrieval's time is
+split equally among its queries; the engine's own work between batches (rendering,
+parsing, graph updates) is split equally among the questions active in that round. The
+shares of one question add up to its `wall_time`; the shares of all questions add up to
+the run's time.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+from knowtrace_train.data.schema import Passage, QAItem
+from knowtrace_train.generation.base import Completion, GenerationError, GenerationRequest, Generator
+from knowtrace_train.kg import GuidancePair, TracedTriplet
+from knowtrace_train.parsing import ExplorationResult, parse_completion, parse_exploration, parse_kg_text
+from knowtrace_train.prompts import (
+    COMPLETE_STOP,
+    EXPLORE_STOP,
+    KG_FORMATS,
+    KG_TO_TEXT_STOP,
+    answer_prefix,
+    render_answer_prompt,
+    render_completion_prompt,
+    render_exploration_prompt,
+    render_kg_to_text_prompt,
+    render_passage,
+)
+from knowtrace_train.retrieval.base import RetrievalError, Retriever, ScoredPassage, pair_to_query
+from knowtrace_train.trajectory import ModelCall, Trajectory
+
+log = logging.getLogger(__name__)
+
+STRATEGY_NAME = "knowtrace"
+
+#: Call kinds recorded in ModelCall.role.
+EXPLORE, COMPLETE, ANSWER, KG_TO_TEXT = "explore", "complete", "answer", "kg_to_text"
+
+
+@dataclass
+class FewShotConfig:
+    """Whether each prompt carries its 4 exemplars (trained adapters run without them)."""
+
+    explore: bool = True  # also the forced answer prompt
+    complete: bool = True
+    kg_to_text: bool = True
+
+
+@dataclass
+class MaxNewTokensConfig:
+    """Generation budget per call kind (stop strings usually end a call earlier)."""
+
+    explore: int = 128
+    complete: int = 128
+    answer: int = 96
+    kg_to_text: int = 160
+
+
+@dataclass
+class RoleConfig:
+    """The generator role (adapter) each call kind is sent with. The forced answer is an
+    exploration that concludes, so by default it runs on the exploration role."""
+
+    explore: str = "explore"
+    complete: str = "complete"
+    answer: str = "explore"
+    kg_to_text: str = "kg_to_text"
+
+
+@dataclass
+class KnowTraceConfig:
+    #: L, the most exploration rounds per question (the paper's maximum expansion rounds)
+    max_rounds: int = 5
+    #: N, passages retrieved per guidance pair (the paper uses 5)
+    passages: int = 5
+    #: how the graph is put into the exploration prompt: triplets (default), paths or text
+    kg_format: str = "triplets"
+    #: guidance pairs kept per exploration (the first ones); 0 keeps all
+    max_pairs: int = 5
+    fewshot: FewShotConfig = field(default_factory=FewShotConfig)
+    max_new_tokens: MaxNewTokensConfig = field(default_factory=MaxNewTokensConfig)
+    roles: RoleConfig = field(default_factory=RoleConfig)
+    temperature: float = 0.0
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.max_rounds < 1:
+            raise ValueError(f"max_rounds must be >= 1, got {self.max_rounds}")
+        if self.passages < 1:
+            raise ValueError(f"passages must be >= 1, got {self.passages}")
+        if self.kg_format not in KG_FORMATS:
+            raise ValueError(f"kg_format must be one of {list(KG_FORMATS)}, got {self.kg_format!r}")
+        if self.max_pairs < 0:
+            raise ValueError(f"max_pairs must be >= 0, got {self.max_pairs}")
+        for name in ("explore", "complete", "answer", "kg_to_text"):
+            if getattr(self.max_new_tokens, name) < 1:
+                raise ValueError(f"max_new_tokens.{name} must be >= 1")
+
+
+@dataclass
+class _State:
+    """One question in flight."""
+
+    item: QAItem
+    traj: Trajectory
+    #: KG-to-Text output for the graph's first `kg_text_size` triplets
+    kg_text: str | None = None
+    kg_text_size: int = 0
+    #: why the question stopped without an answer (then it gets a forced answering call)
+    pending_stop: str | None = None
+    done: bool = False
+
+
+@dataclass
+class _Job:
+    """A model call to make for one question."""
+
+    state: _State
+    kind: str
+    round: int
+    prompt: str
+    pair: GuidancePair | None = None
+    passages: tuple[Passage, ...] = ()
+
+
+class KnowTrace:
+    """Algorithm 1 over many questions at once. Uses only the Generator and Retriever protocols."""
+
+    name = STRATEGY_NAME
+
+    def __init__(self, config: KnowTraceConfig | None = None) -> None:
+        self.config = config or KnowTraceConfig()
+        self._passage_tokens: dict[str, int] = {}
+
+    # -- public -------------------------------------------------------------------
+    def run(
+        self,
+        items: Sequence[QAItem],
+        generator: Generator,
+        retriever: Retriever,
+        on_done: Callable[[Trajectory], None] | None = None,
+    ) -> list[Trajectory]:
+        cfg = self.config
+        states = [
+            _State(
+                item=it,
+                traj=Trajectory(
+                    id=f"{it.id}",
+                    question_id=it.id,
+                    question=it.question,
+                    answers=list(it.answers),
+                    dataset=it.dataset,
+                    strategy=self.name,
+                    meta={"kg_format": cfg.kg_format, "max_rounds": cfg.max_rounds, "passages": cfg.passages, "events": []},
+                ),
+            )
+            for it in items
+        ]
+        self._generator, self._retriever, self._on_done = generator, retriever, on_done
+        for rnd in range(1, cfg.max_rounds + 1):
+            active = [s for s in states if not s.done]
+            if not active:
+                break
+            self._round(active, rnd)
+        # Round L ends every question it touches (answered, or stopped and answered by force).
+        assert all(s.done for s in states)
+        return [s.traj for s in states]
+
+    # -- one round ----------------------------------------------------------------
+    def _round(self, active: list[_State], rnd: int) -> None:
+        cfg = self.config
+        t_round = time.perf_counter()
+        batch_time = 0.0
+
+        if cfg.kg_format == "text":
+            batch_time += self._refresh_kg_text(active, rnd)
+
+        # 1. Knowledge exploration, one batch.
+        jobs = [_Job(s, EXPLORE, rnd, self._exploration_prompt(s)) for s in active]
+        calls, dt = self._generate(jobs)
+        batch_time += dt
+        to_complete: list[tuple[_State, GuidancePair, int]] = []
+        stopped: list[_State] = []
+        for job, call in zip(jobs, calls):
+            s = job.state
+            s.traj.rounds = rnd
+            res = parse_exploration(call.output) if call.error is None else None
+            if res is not None:
+                call.parsed = res.to_dict()
+                call.error = res.error
+            if res is not None and res.answered:
+                self._conclude(s, res, "answered")
+                continue
+            # Guidance pairs are followed even when the judgement is missing or contradicts
+            # them (the call keeps its recorded error); small models often write them so.
+            pairs = list(res.pairs) if res is not None else []
+            if cfg.max_pairs:
+                pairs = pairs[: cfg.max_pairs]
+            if not pairs:
+                s.pending_stop = "no_guidance" if res is not None else f"error: {call.error}"
+                stopped.append(s)
+                continue
+            for p in pairs:
+                s.traj.graph.note_expansion_point(p.entity, round=rnd, call=call.index)
+                to_complete.append((s, p, call.index))
+
+        # 2. One batched retrieval for every guidance pair.
+        t0 = time.perf_counter()
+        hits = self._search([pair_to_query(p.entity, p.guidance) for _, p, _ in to_complete], [s for s, _, _ in to_complete], rnd)
+        dt = time.perf_counter() - t0
+        batch_time += dt
+        for s, _, _ in to_complete:
+            s.traj.wall_time += dt / len(to_complete)
+
+        # 3. Knowledge completion, one batch (a pair with no passage is skipped and recorded).
+        jobs = []
+        for (s, p, _), found in zip(to_complete, hits):
+            passages = tuple(h.passage for h in found)
+            if not passages:
+                s.traj.meta["events"].append({"round": rnd, "pair": [p.entity, p.guidance], "event": "empty retrieval"})
+                continue
+            prompt = render_completion_prompt(p, passages, fewshot=cfg.fewshot.complete)
+            jobs.append(_Job(s, COMPLETE, rnd, prompt, pair=p, passages=passages))
+        size_before = {id(s): len(s.traj.graph.triplets) for s, _, _ in to_complete}
+        calls, dt = self._generate(jobs)
+        batch_time += dt
+        for job, call in zip(jobs, calls):
+            if call.error is not None:
+                continue
+            res = parse_completion(call.output)
+            call.parsed = res.to_dict()
+            call.error = res.error
+            g = job.state.traj.graph
+            for t in res.triplets:
+                traced = TracedTriplet(
+                    triplet=t, round=rnd, pair=job.pair, call=call.index, passage_ids=tuple(p.id for p in job.passages)
+                )
+                if g.add(traced):
+                    call.triplets.append(len(g.triplets) - 1)
+
+        # 4. Who goes on.
+        expanded = {id(s): s for s, _, _ in to_complete}
+        for s in expanded.values():
+            if len(s.traj.graph.triplets) == size_before[id(s)]:
+                s.pending_stop = "no_progress"
+                stopped.append(s)
+            elif rnd == cfg.max_rounds:
+                s.pending_stop = "max_rounds"
+                stopped.append(s)
+
+        # Bookkeeping time of this round, shared equally by the round's questions.
+        overhead = max(0.0, time.perf_counter() - t_round - batch_time)
+        for s in active:
+            s.traj.wall_time += overhead / len(active)
+
+        if stopped:
+            stopped.sort(key=lambda s: active.index(s))
+            self._finish_unanswered(stopped, rnd)
+
+    # -- the parts ----------------------------------------------------------------
+    def _exploration_prompt(self, s: _State) -> str:
+        cfg = self.config
+        return render_exploration_prompt(
+            s.item.question,
+            [t.triplet for t in s.traj.graph.triplets],
+            fewshot=cfg.fewshot.explore,
+            kg_format=cfg.kg_format,
+            kg_text=s.kg_text,
+        )
+
+    def _refresh_kg_text(self, states: list[_State], rnd: int) -> float:
+        """KG-to-Text: one batched call for every question whose graph grew since its last text."""
+        cfg = self.config
+        stale = [s for s in states if s.traj.graph.triplets and s.kg_text_size != len(s.traj.graph.triplets)]
+        jobs = [
+            _Job(s, KG_TO_TEXT, rnd, render_kg_to_text_prompt([t.triplet for t in s.traj.graph.triplets], fewshot=cfg.fewshot.kg_to_text))
+            for s in stale
+        ]
+        calls, dt = self._generate(jobs)
+        for job, call in zip(jobs, calls):
+            s = job.state
+            text = parse_kg_text(call.output) if call.error is None else ""
+            call.parsed = {"text": text}
+            if not text:
+                call.error = call.error or "empty KG-to-Text output (the graph is shown as triplets instead)"
+                text = "\n".join(t.triplet.render() for t in s.traj.graph.triplets)
+            s.kg_text, s.kg_text_size = text, len(s.traj.graph.triplets)
+        return dt
+
+    def _finish_unanswered(self, states: list[_State], rnd: int) -> None:
+        """The forced answering call for questions that stopped without an answer, one batch."""
+        cfg = self.config
+        t0 = time.perf_counter()
+        dt = self._refresh_kg_text(states, rnd) if cfg.kg_format == "text" else 0.0
+        jobs = [
+            _Job(
+                s,
+                ANSWER,
+                rnd,
+                render_answer_prompt(
+                    s.item.question,
+                    [t.triplet for t in s.traj.graph.triplets],
+                    fewshot=cfg.fewshot.explore,
+                    kg_format=cfg.kg_format,
+                    kg_text=s.kg_text,
+                ),
+            )
+            for s in states
+        ]
+        calls, gen_dt = self._generate(jobs)
+        dt += gen_dt
+        for job, call in zip(jobs, calls):
+            res = parse_exploration(answer_prefix() + call.output) if call.error is None else ExplorationResult(error=call.error)
+            call.parsed = res.to_dict()
+            call.error = res.error if call.error is None else call.error
+            self._conclude(job.state, res, job.state.pending_stop or "max_rounds")
+        overhead = max(0.0, time.perf_counter() - t0 - dt)
+        for s in states:
+            s.traj.wall_time += overhead / len(states)
+
+    def _conclude(self, s: _State, res: ExplorationResult, reason: str) -> None:
+        s.traj.prediction = res.answer if res.answer else None
+        s.traj.thought = res.thought
+        s.traj.stop_reason = reason
+        s.done = True
+        if self._on_done is not None:
+            self._on_done(s.traj)
+
+    def _generate(self, jobs: list[_Job]) -> tuple[list[ModelCall], float]:
+        """One batched generate() for `jobs`; record a ModelCall on each job's trajectory.
+        A batch the generator refuses (GenerationError) is retried call by call, and a call
+        that still fails is recorded with its error and an empty output."""
+        if not jobs:
+            return [], 0.0
+        cfg = self.config
+        requests = [
+            GenerationRequest(
+                prompt=j.prompt,
+                role=getattr(cfg.roles, j.kind),
+                max_new_tokens=getattr(cfg.max_new_tokens, j.kind),
+                stop=EXPLORE_STOP if j.kind in (EXPLORE, ANSWER) else COMPLETE_STOP if j.kind == COMPLETE else KG_TO_TEXT_STOP,
+                temperature=cfg.temperature,
+                seed=cfg.seed,
+            )
+            for j in jobs
+        ]
+        t0 = time.perf_counter()
+        results = self._generate_safe(requests)
+        dt = time.perf_counter() - t0
+        weights = [max(1, r.prompt_tokens + r.output_tokens) if isinstance(r, Completion) else 1 for r in results]
+        total = sum(weights)
+        calls = []
+        for job, res, w in zip(jobs, results, weights):
+            traj = job.state.traj
+            traj.wall_time += dt * w / total
+            call = ModelCall(
+                index=len(traj.calls),
+                role=job.kind,
+                round=job.round,
+                prompt=job.prompt,
+                output=res.text if isinstance(res, Completion) else "",
+                prompt_tokens=res.prompt_tokens if isinstance(res, Completion) else 0,
+                output_tokens=res.output_tokens if isinstance(res, Completion) else 0,
+                finish_reason=res.finish_reason if isinstance(res, Completion) else "error",
+                error=None if isinstance(res, Completion) else f"generation error: {res}",
+                pair=job.pair,
+                passage_ids=[p.id for p in job.passages],
+                retrieved_tokens=sum(self._tokens_of(p) for p in job.passages),
+            )
+            if isinstance(res, Completion) and res.truncated_tokens:
+                traj.meta["truncated_prompt_tokens"] = traj.meta.get("truncated_prompt_tokens", 0) + res.truncated_tokens
+            traj.calls.append(call)
+            calls.append(call)
+        return calls, dt
+
+    def _generate_safe(self, requests: list[GenerationRequest]) -> list[Completion | GenerationError]:
+        try:
+            out = self._generator.generate(requests)
+        except GenerationError as e:
+            if len(requests) == 1:
+                return [e]
+            log.warning("generation batch of %d refused (%s); retrying call by call", len(requests), e)
+            return [r for req in requests for r in self._generate_safe([req])]
+        if len(out) != len(requests):
+            raise RuntimeError(f"generator returned {len(out)} completions for {len(requests)} requests")
+        return list(out)
+
+    def _search(self, queries: list[str], owners: list[_State], rnd: int) -> list[list[ScoredPassage]]:
+        """One batched search; a batch the retriever refuses is retried query by query."""
+        if not queries:
+            return []
+        k = self.config.passages
+        try:
+            hits = self._retriever.search(queries, k)
+        except RetrievalError as e:
+            log.warning("retrieval batch of %d refused (%s); retrying query by query", len(queries), e)
+            hits = []
+            for q, s in zip(queries, owners):
+                try:
+                    hits.append(self._retriever.search([q], k)[0])
+                except RetrievalError as e1:
+                    s.traj.meta["events"].append({"round": rnd, "query": q, "event": f"retrieval error: {e1}"})
+                    hits.append([])
+        if len(hits) != len(queries):
+            raise RuntimeError(f"retriever returned {len(hits)} result lists for {len(queries)} queries")
+        return [list(h)[:k] for h in hits]
+
+    def _tokens_of(self, p: Passage) -> int:
+        key = p.id or render_passage(p)
+        if key not in self._passage_tokens:
+            self._passage_tokens[key] = self._generator.count_tokens(render_passage(p))
+        return self._passage_tokens[key]

@@ -1,0 +1,99 @@
+"""The YAML + command-line config loader: nesting, types, overrides, located errors."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal, Optional
+
+import pytest
+
+from knowtrace_train.config import ConfigError, dump_config, load_config, parse_overrides
+
+
+@dataclass
+class Inner:
+    k: int = 5
+    name: str = "bm25"
+    ratio: float = 0.5
+    tags: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Outer:
+    path: str
+    inner: Inner = field(default_factory=Inner)
+    limit: Optional[int] = None
+    out: Path | None = None
+    fast: bool = False
+    mode: Literal["a", "b"] = "a"
+    roles: dict[str, int] = field(default_factory=dict)
+    pair: tuple[int, int] = (1, 2)
+
+    def __post_init__(self) -> None:
+        if self.limit is not None and self.limit < 0:
+            raise ValueError("limit must be >= 0")
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    p = tmp_path / "c.yaml"
+    p.write_text(text)
+    return p
+
+
+def test_yaml_to_nested_dataclasses(tmp_path):
+    p = write(tmp_path, "path: data.jsonl\ninner:\n  k: 3\n  tags: [x, y]\nlimit: 16\nout: runs/a.jsonl\nroles: {explore: 1}\npair: [3, 4]\n")
+    c = load_config(Outer, p)
+    assert c == Outer(path="data.jsonl", inner=Inner(k=3, tags=["x", "y"]), limit=16, out=Path("runs/a.jsonl"),
+                      roles={"explore": 1}, pair=(3, 4))
+
+
+def test_overrides(tmp_path):
+    p = write(tmp_path, "path: data.jsonl\ninner: {k: 3}\n")
+    c = load_config(Outer, p, ["--inner.k", "7", "--limit=2", "--fast", "--inner.name", "123", "--mode", "b",
+                               "--inner.ratio", "1", "--inner.tags", "[a, b]"])
+    assert (c.inner.k, c.limit, c.fast, c.inner.name, c.mode, c.inner.ratio, c.inner.tags) == (7, 2, True, "123", "b", 1.0, ["a", "b"])
+    assert load_config(Outer, p, ["--limit", "null"]).limit is None
+    assert load_config(Outer, None, ["--path", "x"]).path == "x"
+
+
+def test_aliases():
+    assert parse_overrides(["--limit", "4"], {"limit": "inner.k"}) == {"inner.k": "4"}
+    assert load_config(Outer, None, ["--path", "x", "--limit", "4"], aliases={"limit": "inner.k"}).inner.k == 4
+
+
+def test_round_trip_through_yaml(tmp_path):
+    c = Outer(path="p", inner=Inner(k=2, tags=["t"]), limit=3, out=Path("o"), fast=True, mode="b", roles={"a": 1}, pair=(5, 6))
+    assert load_config(Outer, write(tmp_path, dump_config(c))) == c
+
+
+@pytest.mark.parametrize(
+    "text, args, match",
+    [
+        ("path: p\ninner: {kk: 3}\n", [], r"c\.yaml: unknown key 'inner\.kk' for Inner \(did you mean 'inner\.k'\?\)"),
+        ("path: p\nbogus: 1\n", [], r"c\.yaml: unknown key 'bogus'"),
+        ("path: p\n", ["--inner.nope", "1"], r"command line \(--inner\.nope\): unknown key 'inner\.nope'"),
+        ("path: p\ninner: {k: three}\n", [], r"c\.yaml: inner\.k: expected an integer, got 'three'"),
+        ("path: p\n", ["--inner.k", "three"], r"command line \(--inner\.k\): inner\.k: expected an integer"),
+        ("path: p\nfast: 1\n", [], r"c\.yaml: fast: expected true or false"),
+        ("path: p\nmode: c\n", [], r"c\.yaml: mode: expected one of \['a', 'b'\]"),
+        ("path: p\ninner: 3\n", [], r"c\.yaml: inner: expected a mapping of Inner"),
+        ("path: p\nlimit: x\n", [], r"c\.yaml: limit: expected"),
+        ("path: p\ninner: {tags: x}\n", [], r"inner\.tags: expected a list"),
+        ("path: p\npair: [1]\n", [], r"pair: expected 2 items"),
+        ("inner: {k: 3}\n", [], r"c\.yaml: missing required key 'path'"),
+        ("path: p\nlimit: -1\n", [], r"c\.yaml: .*limit must be >= 0"),
+        ("- a\n- b\n", [], r"c\.yaml: expected a mapping at the top level"),
+        ("path: [unclosed\n", [], r"c\.yaml: not valid YAML"),
+    ],
+)
+def test_errors_name_key_and_source(tmp_path, text, args, match):
+    with pytest.raises(ConfigError, match=match):
+        load_config(Outer, write(tmp_path, text), args)
+
+
+def test_bad_command_line():
+    with pytest.raises(ConfigError, match="expected --key value"):
+        parse_overrides(["limit", "3"])
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_config(Outer, "/nonexistent/c.yaml")

@@ -1,0 +1,110 @@
+"""Corpus building from items' contexts, and corpus files in our and FlashRAG's forms."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from knowtrace_train.data.corpus import CorpusError, build_corpus, read_corpus, split_contents, write_corpus
+from knowtrace_train.data.schema import Passage, QAItem, passage_id
+from knowtrace_train.io import DataFileError
+
+
+def item(i: int, *context: tuple[str, str]) -> QAItem:
+    return QAItem(
+        id=f"q{i}",
+        question=f"question {i}?",
+        answers=("a",),
+        context=tuple(Passage(f"local-{i}-{j}", t, x) for j, (t, x) in enumerate(context)),
+    )
+
+
+def test_build_corpus_dedups_by_title_and_text_and_uses_content_ids():
+    items = [
+        item(0, ("Paris", "Capital of France."), ("Berlin", "Capital of Germany.")),
+        item(1, ("Berlin", "Capital of Germany."), ("Berlin", "A city on the Spree."), ("Rome", "Capital of Italy.")),
+    ]
+    corpus = build_corpus(items)
+    assert [(p.title, p.text) for p in corpus] == [
+        ("Paris", "Capital of France."),
+        ("Berlin", "Capital of Germany."),
+        ("Berlin", "A city on the Spree."),
+        ("Rome", "Capital of Italy."),
+    ]
+    assert all(p.id == passage_id(p.title, p.text) for p in corpus)
+    assert len({p.id for p in corpus}) == 4
+
+
+def test_build_corpus_of_items_without_context_is_an_error():
+    with pytest.raises(CorpusError, match="none of the 2 items has context passages"):
+        build_corpus([item(0), item(1)])
+    with pytest.raises(CorpusError, match="none of the 0 items"):
+        build_corpus([])
+
+
+def test_write_then_read_round_trip(tmp_path):
+    corpus = build_corpus([item(0, ("Ünïcode", "naïve café — 東京"), ("", "no title here"))])
+    path = tmp_path / "corpus.jsonl"
+    assert write_corpus(corpus, path) == 2
+    assert read_corpus(path) == corpus
+    first = json.loads(path.read_text(encoding="utf-8").splitlines()[0])
+    assert first == {"id": corpus[0].id, "title": "Ünïcode", "text": "naïve café — 東京"}
+
+
+def test_write_empty_corpus_is_an_error(tmp_path):
+    with pytest.raises(CorpusError, match="empty corpus"):
+        write_corpus([], tmp_path / "c.jsonl")
+
+
+def test_read_flashrag_contents_forms(tmp_path):
+    path = tmp_path / "flashrag.jsonl"
+    rows = [
+        {"id": "0", "contents": "Paris\nParis is the capital of France."},
+        {"id": 1, "contents": '"Aaron"\nAaron is a prophet.\nSecond line stays in the text.'},
+        {"id": "2", "contents": "A passage with no title line."},
+        {"id": "3", "contents": "\nEmpty title line.", "extra": "ignored"},
+    ]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    got = read_corpus(path)
+    assert [(p.id, p.title, p.text) for p in got] == [
+        ("0", "Paris", "Paris is the capital of France."),
+        ("1", "Aaron", "Aaron is a prophet.\nSecond line stays in the text."),
+        ("2", "", "A passage with no title line."),
+        ("3", "", "Empty title line."),
+    ]
+
+
+def test_split_contents_only_unquotes_a_fully_quoted_title():
+    assert split_contents('"Quoted"\ntext') == ("Quoted", "text")
+    assert split_contents('"Half quoted\ntext') == ('"Half quoted', "text")
+    assert split_contents('"\ntext') == ('"', "text")
+
+
+@pytest.mark.parametrize(
+    "line, message",
+    [
+        ('{"id": "1", "title": "T"', r"c\.jsonl:2: not valid JSON"),
+        ('["a list"]', r"c\.jsonl:2: expected a JSON object"),
+        ('{"title": "T", "text": "x"}', r"c\.jsonl:2: missing field 'id'"),
+        ('{"id": "1", "title": "T"}', r"c\.jsonl:2: missing field 'text'"),
+        ('{"id": "1", "title": 3, "text": "x"}', r"c\.jsonl:2: field 'title' must be a string"),
+        ('{"id": "1", "contents": null}', r"c\.jsonl:2: field 'contents' must be a string"),
+        ('{"id": "1", "body": "x"}', r"c\.jsonl:2: expected fields 'title' and 'text'"),
+        ('{"id": "", "title": "T", "text": "x"}', r"c\.jsonl:2: field 'id' must be a non-empty"),
+        ('{"id": "1", "title": " ", "text": ""}', r"c\.jsonl:2: field 'text': the passage is empty"),
+        ('{"id": "0", "title": "T", "text": "y"}', r"c\.jsonl:2: field 'id': '0' already used on line 1"),
+    ],
+)
+def test_a_malformed_line_names_file_line_and_field(tmp_path, line, message):
+    path = tmp_path / "c.jsonl"
+    path.write_text('{"id": "0", "title": "T", "text": "x"}\n' + line + "\n")
+    with pytest.raises(DataFileError, match=message):
+        read_corpus(path)
+
+
+def test_an_empty_corpus_file_is_an_error(tmp_path):
+    path = tmp_path / "empty.jsonl"
+    path.write_text("\n\n")
+    with pytest.raises(CorpusError, match=r"empty\.jsonl: the corpus is empty"):
+        read_corpus(path)
