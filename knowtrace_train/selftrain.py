@@ -489,15 +489,20 @@ class SelfTrain:
         return self.procs.broadcast(info)
 
     def _train(self, folder: Path, adapter: str, records: list[dict[str, Any]], base: Path, tc, seed: int) -> dict[str, Any]:
-        if not records:
+        # An empty output (a completion that found nothing, kept whole in mode "star") teaches
+        # nothing the end-of-sequence token does not: such records are not trained on, only counted.
+        rows = [{"prompt": r["prompt"], "completion": r["completion"]} for r in records
+                if isinstance(r.get("completion"), str) and r["completion"].strip()]
+        empty = len(records) - len(rows)
+        if not rows:
             log.warning("%s: no records for the %s adapter; the role runs on M0", folder.name, adapter)
-            return {"records": 0}
+            return {"records": 0, "empty_completions": empty}
         from knowtrace_train.train import train_role
 
-        rows = [{"prompt": r["prompt"], "completion": r["completion"]} for r in records]
         res = train_role(base, rows, folder / "adapters" / adapter, dataclasses.replace(tc, seed=seed), role=adapter)
         return {
             "records": res.records,
+            "empty_completions": empty,
             "skipped_records": res.skipped_records,
             "loss": res.train_loss,
             "losses": list(res.losses),

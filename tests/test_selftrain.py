@@ -195,7 +195,8 @@ def test_an_iteration_with_nothing_to_train_on_stops_the_run(tmp_path, tiny_mode
 def _strip(obj):
     """Outputs without the figures that measure time."""
     if isinstance(obj, dict):
-        return {k: _strip(v) for k, v in obj.items()
+        return {k: sorted(v) if k == "target_modules" and isinstance(v, list) else _strip(v)  # PEFT writes a set
+                for k, v in obj.items()
                 if k not in ("seconds", "wall_time", "sec_per_question", "train_seconds", "tokens_per_second",
                              "run_dir")}
     if isinstance(obj, list):
@@ -209,16 +210,18 @@ def _outputs(run_dir: Path) -> dict[str, object]:
         if not p.is_file() or p.name.startswith("DONE.") or p.name == "knowtrace_training.json":
             continue
         rel = str(p.relative_to(run_dir))
+        text = p.read_text() if p.suffix in (".json", ".jsonl", ".yaml") else ""
+        text = text.replace(str(run_dir.resolve()), "RUN").replace(str(run_dir), "RUN")
         if p.suffix == ".jsonl":
-            out[rel] = [_strip(json.loads(line)) for line in p.read_text().splitlines()]
+            out[rel] = [_strip(json.loads(line)) for line in text.splitlines()]
         elif p.suffix == ".json":
-            out[rel] = _strip(json.loads(p.read_text()))
+            out[rel] = _strip(json.loads(text))
         elif p.suffix == ".safetensors":
             from safetensors.torch import load_file
 
             out[rel] = {k: v.tolist() for k, v in load_file(p).items()}
         elif p.name == "config.yaml":
-            out[rel] = p.read_text().replace(str(run_dir), "RUN")
+            out[rel] = text
     return out
 
 
@@ -260,14 +263,15 @@ def test_killed_run_resumes_to_the_same_results(tmp_path, tiny_model_dir):
     assert "iter_0/eval: done already" in r.stderr and "iter_0/train_bootstrap: done already" in r.stderr
     a, b = _outputs(tmp_path / "whole"), _outputs(tmp_path / "cut")
     assert sorted(a) == sorted(b)
-    for k in a:
-        assert a[k] == b[k], k
+    assert [k for k in a if a[k] != b[k]] == []
 
 
 def test_two_processes_with_torchrun(tmp_path, tiny_model_dir):
     """torchrun --nproc_per_node 2: rollouts split and gathered, gloo data-parallel training, one writer."""
     cfg = _config_file(tmp_path, "ddp", tiny_model_dir, output_dir=str(tmp_path / "ddp"), iterations=1,
-                       eval_base=False, mode="star", **{"bootstrap.mode": "never", "data.train_questions": 5})
+                       eval_base=False, mode="star", **{"bootstrap.mode": "never", "data.train_questions": 5,
+                       # the raw base runs the zero-shot prompts the oracle knows
+                       "strategy.fewshot.explore": False, "strategy.fewshot.complete": False})
     r = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29531",
          str(REPO / "tests" / "selftrain_helpers.py"), str(cfg)],
