@@ -13,9 +13,9 @@ Run folder (runs/<name>):
     questions.json                ids of the rollout, bootstrap and dev questions
     base/eval.jsonl               the raw base (few-shot) on the dev questions; base/probe.jsonl for
                                   bootstrap "auto" (the raw base on the first train questions)
-    iter_0/                       the bootstrap: sft_<kind>.jsonl (gold), gold.json, adapters/<a>/,
-                                  model/ (M0, merged), eval.jsonl, metrics.json
-    m0.json                       M0: model folder (relative to the run folder when inside it), the
+    iter_0/                       the bootstrap: sft_<kind>.jsonl (gold), gold.json, bootstrap_adapters/<a>/
+                                  (merged already), model/ (M0), eval.jsonl, metrics.json
+    m0.json                       M0: "path" of its model folder (relative to the run folder when inside it), the
                                   raw base, whether bootstrapped, the prompt settings it runs with
     iter_<z>/                     rollouts.jsonl, backtrace.json, sft_<kind>.jsonl, adapters/<role>/,
                                   eval.jsonl, metrics.json
@@ -49,6 +49,9 @@ log = logging.getLogger(__name__)
 
 #: Call kinds whose records backtracing and gold trajectories write (sft_<kind>.jsonl).
 CALL_KINDS = ("explore", "complete", "answer")
+#: Where the bootstrap's adapters go: not iter_0/adapters/, as they are merged into M0 already (an
+#: export of "the latest iteration with adapters" must never merge them a second time).
+BOOTSTRAP_ADAPTERS = "bootstrap_adapters"
 #: Config keys a rerun may change without invalidating the run folder.
 RESUMABLE_CHANGES = ("name", "output_dir", "iterations", "generator.progress", "retriever.show_progress")
 
@@ -330,12 +333,12 @@ class SelfTrain:
         train_info = {}
         for i, (adapter, recs) in enumerate(groups.items()):
             train_info[adapter] = self.stages.run(folder, f"train_{adapter}", lambda a=adapter, r=recs, i=i: self._train(
-                folder, a, r, self.base_path, cfg.bootstrap.train, seed=cfg.seed * 1000 + i))
+                folder, a, r, self.base_path, cfg.bootstrap.train, seed=cfg.seed * 1000 + i, subdir=BOOTSTRAP_ADAPTERS))
         trained = [a for a, t in train_info.items() if t.get("records", 0) > 0]
         if not trained:
             raise ValueError(f"bootstrap: no gold trajectory could be built from {len(self.questions.bootstrap)} "
                              f"train questions ({gold.get('skipped')}); set bootstrap.mode: never or check the data")
-        merge = self.stages.run(folder, "merge", lambda: self._merge(folder, [folder / "adapters" / a for a in trained]))
+        merge = self.stages.run(folder, "merge", lambda: self._merge(folder, [folder / BOOTSTRAP_ADAPTERS / a for a in trained]))
         state = ModelState(name="M0", model=str(folder / "model"), trained=frozenset({roles.explore, roles.complete}))
         ev = self._eval(folder, state, cfg.strategy.seed, 0)
         m = {
@@ -391,7 +394,7 @@ class SelfTrain:
         except ValueError:
             shown = str(p)
         write_json(self.run_dir / "m0.json", {
-            "model": shown,
+            "path": shown,
             "base_model": str(self.base_path),
             "bootstrapped": bootstrapped,
             "prompt_format": self.config.generator.prompt_format,
@@ -488,7 +491,8 @@ class SelfTrain:
             }
         return self.procs.broadcast(info)
 
-    def _train(self, folder: Path, adapter: str, records: list[dict[str, Any]], base: Path, tc, seed: int) -> dict[str, Any]:
+    def _train(self, folder: Path, adapter: str, records: list[dict[str, Any]], base: Path, tc, seed: int,
+               subdir: str = "adapters") -> dict[str, Any]:
         # An empty output (a completion that found nothing, kept whole in mode "star") teaches
         # nothing the end-of-sequence token does not: such records are not trained on, only counted.
         rows = [{"prompt": r["prompt"], "completion": r["completion"]} for r in records
@@ -499,7 +503,7 @@ class SelfTrain:
             return {"records": 0, "empty_completions": empty}
         from knowtrace_train.train import train_role
 
-        res = train_role(base, rows, folder / "adapters" / adapter, dataclasses.replace(tc, seed=seed), role=adapter)
+        res = train_role(base, rows, folder / subdir / adapter, dataclasses.replace(tc, seed=seed), role=adapter)
         return {
             "records": res.records,
             "empty_completions": empty,

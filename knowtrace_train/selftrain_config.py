@@ -35,9 +35,9 @@ class DataConfig:
     format: str | None = None
     corpus: CorpusConfig = field(default_factory=CorpusConfig)
     #: D, rollout questions per iteration (None: the whole train split after the bootstrap's)
-    train_questions: int | None = 48
+    train_questions: int | None = 32
     #: dev questions evaluated after every stage that makes a model (None: all)
-    dev_questions: int | None = 32
+    dev_questions: int | None = 24
     #: seed of the shuffle that picks the train and dev questions
     seed: int = 0
 
@@ -58,7 +58,7 @@ class IterationTrainConfig(LoraTrainConfig):
 
     epochs: float = 2.0
     learning_rate: float = 3e-4
-    per_device_batch_size: int = 8
+    per_device_batch_size: int = 4
     gradient_accumulation_steps: int = 1
     max_length: int = 1024
     logging_steps: int = 5
@@ -68,10 +68,10 @@ class IterationTrainConfig(LoraTrainConfig):
 class BootstrapTrainConfig(LoraTrainConfig):
     """LoRA training of the bootstrap on gold trajectories, sized for the CPU default run."""
 
-    epochs: float = 2.0
+    epochs: float = 1.0
     learning_rate: float = 3e-4
-    per_device_batch_size: int = 8
-    gradient_accumulation_steps: int = 2
+    per_device_batch_size: int = 4
+    gradient_accumulation_steps: int = 1
     max_length: int = 1024
     logging_steps: int = 5
 
@@ -87,7 +87,7 @@ class BootstrapConfig:
     min_em: float = 0.2
     probe_questions: int = 16
     #: train questions with gold trajectories (taken after the rollout questions)
-    questions: int = 120
+    questions: int = 32
     #: skip an item whose hop the retrieved passages do not state (no training on invention)
     require_support: bool = True
     #: true: one adapter on every role's records; false: one adapter per role, merged one after the other
@@ -114,16 +114,16 @@ class SelfTrainGeneratorConfig(GeneratorConfig):
 @dataclass
 class SelfTrainMaxNewTokens(MaxNewTokensConfig):
     explore: int = 64
-    complete: int = 64
+    complete: int = 48
     answer: int = 48
     kg_to_text: int = 96
 
 
 @dataclass
 class SelfTrainStrategyConfig(KnowTraceConfig):
-    """KnowTrace for the default run: L=4 rounds, N=3 passages, 2 guidance pairs, short outputs."""
+    """KnowTrace for the default run: L=3 rounds, N=3 passages, 2 guidance pairs, short outputs."""
 
-    max_rounds: int = 4
+    max_rounds: int = 3
     passages: int = 3
     max_pairs: int = 2
     max_new_tokens: SelfTrainMaxNewTokens = field(default_factory=SelfTrainMaxNewTokens)

@@ -112,7 +112,8 @@ def test_loop_two_iterations_on_the_tiny_model(tmp_path, tiny_model_dir):
               "iter_0/sft_explore.jsonl", "iter_0/sft_complete.jsonl", "iter_0/eval.jsonl", "iter_0/metrics.json"]:
         assert (d / f).is_file(), f
     m0 = json.loads((d / "m0.json").read_text())
-    assert m0["bootstrapped"] and m0["model"] == "iter_0/model"
+    assert m0["bootstrapped"] and m0["path"] == "iter_0/model"
+    assert (d / "iter_0/bootstrap_adapters/bootstrap/adapter_config.json").is_file() and not (d / "iter_0/adapters").exists()
     for z in (1, 2):
         it = d / f"iter_{z}"
         for f in ["rollouts.jsonl", "backtrace.json", "sft_explore.jsonl", "sft_complete.jsonl", "sft_answer.jsonl",
@@ -170,7 +171,7 @@ def test_changed_config_is_refused_in_an_existing_run_folder(tmp_path):
     (tmp_path / "config.yaml").write_text(dump_config(cfg))
     check_same_config(load_config(SelfTrainConfig, None, ["--output_dir", str(tmp_path), "--iterations", "5"]),
                       tmp_path / "config.yaml")  # more iterations: fine
-    with pytest.raises(ConfigError, match=r"strategy\.max_rounds \(4 -> 2\)"):
+    with pytest.raises(ConfigError, match=r"strategy\.max_rounds \(3 -> 2\)"):
         check_same_config(load_config(SelfTrainConfig, None, ["--output_dir", str(tmp_path), "--strategy.max_rounds", "2"]),
                           tmp_path / "config.yaml")
 
@@ -186,7 +187,7 @@ def test_an_iteration_with_nothing_to_train_on_stops_the_run(tmp_path, tiny_mode
     assert rows[-1].split()[0] == "1" and "empty" in rows[-1]
     assert not (run.run_dir / "iter_2").exists() and not (run.run_dir / "iter_1" / "adapters").exists()
     m0 = json.loads((run.run_dir / "m0.json").read_text())
-    assert not m0["bootstrapped"] and m0["model"] == str(tiny_model_dir)
+    assert not m0["bootstrapped"] and m0["path"] == str(tiny_model_dir)
 
 
 # -- kill and resume; two processes -------------------------------------------------------------------
