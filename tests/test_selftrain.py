@@ -178,9 +178,16 @@ def test_changed_config_is_refused_in_an_existing_run_folder(tmp_path):
 
 def test_an_iteration_with_nothing_to_train_on_stops_the_run(tmp_path, tiny_model_dir, caplog):
     """The tiny random model alone answers nothing: iteration 1 is reported empty and the run stops."""
+    import logging
+
+    caplog.set_level(logging.INFO)
+    # bootstrap "auto" probes the raw base on the first train questions; with min_em 0 it never bootstraps
     run, summary, rows = _run(tmp_path, tiny_model_dir, oracle=False, **{
-        "bootstrap.mode": "never", "eval_base": False, "on_empty": "stop", "iterations": 3,
-        "data.train_questions": 4})
+        "bootstrap.mode": "auto", "bootstrap.min_em": 0.0, "bootstrap.probe_questions": 2, "eval_base": False,
+        "on_empty": "stop", "iterations": 3, "data.train_questions": 4})
+    probe = json.loads((run.run_dir / "base" / "DONE.probe").read_text())
+    assert probe["questions"] == 2 and probe["em"] == 0.0 and (run.run_dir / "base" / "probe.jsonl").is_file()
+    assert "no bootstrap" in caplog.text and not (run.run_dir / "iter_0").exists()
     assert [x["iteration"] for x in summary["iterations"]] == [1]
     assert summary["iterations"][0]["status"] == "empty" and summary["iterations"][0]["em"] is None
     assert "nothing to train on" in caplog.text and "the run stops here" in caplog.text
