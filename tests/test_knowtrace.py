@@ -473,3 +473,27 @@ def test_fewshot_off_and_token_budgets_reach_the_requests():
 def test_config_validation(kwargs, match):
     with pytest.raises(ValueError, match=match):
         KnowTraceConfig(**kwargs)
+
+
+# -- the engine on a real (tiny, random) model ------------------------------------------------
+
+
+def test_engine_on_a_tiny_model(tiny_model_dir):
+    """Random weights write garbage: every question still ends with a recorded reason, every call
+    has real token counts, and the batched run matches the one-question-at-a-time run."""
+    from knowtrace_train.generation import GeneratorConfig, build_generator
+
+    gen = build_generator(GeneratorConfig(model=str(tiny_model_dir), progress=False))
+    cfg = KnowTraceConfig(max_rounds=2, passages=2)
+    cfg.max_new_tokens.explore = cfg.max_new_tokens.complete = 12
+    cfg.max_new_tokens.answer = 6
+    ret = WordRetriever(WORLD)
+    trajs = KnowTrace(cfg).run(items(), gen, ret)
+    assert [t.id for t in trajs] == ["q0", "q1", "q2"]
+    for t in trajs:
+        assert t.stop_reason in {"answered", "max_rounds", "no_progress", "no_guidance"}
+        assert t.calls and all(c.prompt_tokens > 0 and c.output_tokens >= 0 for c in t.calls)
+        assert t.calls[0].role == "explore" and t.calls[-1].role in {"explore", "answer"}
+        assert Trajectory.from_dict(t.to_dict()).to_dict() == t.to_dict()
+    single = KnowTrace(cfg).run(items()[:1], gen, ret)[0]
+    assert [c.output for c in single.calls] == [c.output for c in trajs[0].calls]

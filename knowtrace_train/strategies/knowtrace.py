@@ -62,12 +62,14 @@ class FewShotConfig:
 
 @dataclass
 class MaxNewTokensConfig:
-    """Generation budget per call kind (stop strings usually end a call earlier)."""
+    """Generation budget per call kind. Stop strings end a well-formed call earlier; the
+    budget bounds what a small model's repetition loops cost (a completion that repeats its
+    triplet until the limit is common with a 135M model)."""
 
-    explore: int = 128
-    complete: int = 128
-    answer: int = 96
-    kg_to_text: int = 160
+    explore: int = 80
+    complete: int = 64
+    answer: int = 64
+    kg_to_text: int = 96
 
 
 @dataclass

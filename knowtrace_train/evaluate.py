@@ -1,0 +1,257 @@
+"""Evaluation of KnowTrace on a dataset split: resumable trajectory files, EM/F1 and the paper's cost columns.
+
+`evaluate(config)` loads the items, builds the corpus, the retriever and the generator,
+skips questions whose trajectory is already in `config.output`, runs the strategy, appends
+each finished trajectory (scored) to the output the moment it is done, and returns the
+summary over every selected question in the file: EM, F1, average rounds, retrieved tokens
+read per question and seconds per question (the engine's attributed wall time; loading
+the model and building the index are not counted).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from knowtrace_train.data.schema import Passage, QAItem
+from knowtrace_train.generation import GeneratorConfig
+from knowtrace_train.io import DataFileError, append_jsonl, atomic_write_text
+from knowtrace_train.metrics import aggregate, score
+from knowtrace_train.retrieval import RetrieverConfig
+from knowtrace_train.strategies.knowtrace import KnowTrace, KnowTraceConfig
+from knowtrace_train.trajectory import Trajectory
+
+log = logging.getLogger(__name__)
+
+CORPUS_SOURCES = ("contexts", "file")
+
+
+@dataclass
+class DatasetConfig:
+    #: the benchmark file (HotpotQA/2Wiki/MuSiQue/MINTQA/our JSONL; format told from content)
+    path: str = "data/world/dev.jsonl"
+    format: str | None = None
+    #: overrides the dataset name and split the file gives
+    dataset: str | None = None
+    split: str | None = None
+    #: evaluate only the first `limit` questions (None: all)
+    limit: int | None = None
+
+
+@dataclass
+class CorpusConfig:
+    #: "contexts": the union of the context passages of every item in the dataset file
+    #: (all of them, whatever `limit`); "file": the corpus JSONL at `path`
+    source: str = "file"
+    path: str | None = "data/world/corpus.jsonl"
+
+    def __post_init__(self) -> None:
+        if self.source not in CORPUS_SOURCES:
+            raise ValueError(f"corpus.source must be one of {list(CORPUS_SOURCES)}, got {self.source!r}")
+        if self.source == "file" and not self.path:
+            raise ValueError("corpus.source is 'file' but corpus.path is empty")
+
+
+@dataclass
+class EvalConfig:
+    dataset: DatasetConfig = field(default_factory=DatasetConfig)
+    corpus: CorpusConfig = field(default_factory=CorpusConfig)
+    #: how passages are retrieved (its `k` is not used here: N is strategy.passages)
+    retriever: RetrieverConfig = field(default_factory=RetrieverConfig)
+    #: the model, its adapters per role, batching
+    generator: GeneratorConfig = field(default_factory=GeneratorConfig)
+    strategy: KnowTraceConfig = field(default_factory=KnowTraceConfig)
+    #: trajectories JSONL; questions already in it are skipped (resume)
+    output: str | None = None
+    #: questions handed to the engine at once (0: all); smaller chunks lose less on a kill
+    chunk_size: int = 0
+
+    def __post_init__(self) -> None:
+        if self.chunk_size < 0:
+            raise ValueError(f"chunk_size must be >= 0, got {self.chunk_size}")
+
+
+#: Short command-line keys: `--limit 16` is `--dataset.limit 16`.
+EVAL_ALIASES = {"limit": "dataset.limit"}
+
+
+def load_eval_config(path: str | Path | None = None, overrides: Sequence[str] = ()) -> EvalConfig:
+    """EvalConfig from a YAML file and `--key value` overrides (see knowtrace_train.config)."""
+    from knowtrace_train.config import load_config
+
+    return load_config(EvalConfig, path, list(overrides), aliases=EVAL_ALIASES)
+
+
+# -- resume ---------------------------------------------------------------------------------
+
+
+def read_trajectories(path: str | Path) -> list[Trajectory]:
+    """The trajectories already in `path` (none if it does not exist). A truncated last line
+    (a kill mid-write) is dropped with a warning and cut from the file, so appends stay valid;
+    a bad line elsewhere is an error naming file:line."""
+    path = Path(path)
+    if not path.exists():
+        return []
+    text = path.read_text(encoding="utf-8")
+    lines = text.split("\n")
+    out: list[Trajectory] = []
+    last = max((i for i, line in enumerate(lines) if line.strip()), default=-1)
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+            if not isinstance(obj, dict):
+                raise ValueError(f"expected a JSON object, got {type(obj).__name__}")
+            out.append(Trajectory.from_dict(obj))
+        except (ValueError, TypeError, KeyError) as e:
+            if i == last:
+                log.warning("%s:%d: dropping a truncated last line (%s)", path, i + 1, e)
+                atomic_write_text(path, "\n".join(lines[:i]) + ("\n" if i else ""))
+                break
+            raise DataFileError(f"{path}:{i + 1}: not a trajectory ({e})") from e
+    return out
+
+
+# -- the run --------------------------------------------------------------------------------
+
+
+@dataclass
+class EvalSummary:
+    em: float
+    f1: float
+    rounds: float
+    retrieved_tokens: float
+    sec_per_question: float
+    questions: int
+    #: how many of `questions` this call ran (the rest were already in the output)
+    new: int = 0
+    stop_reasons: dict[str, int] = field(default_factory=dict)
+    #: model calls whose output could not be used, by call kind
+    unusable_calls: dict[str, int] = field(default_factory=dict)
+
+    def headline(self) -> dict[str, float | int]:
+        """The last line evaluate prints."""
+        return {
+            "em": round(self.em, 4),
+            "f1": round(self.f1, 4),
+            "rounds": round(self.rounds, 3),
+            "retrieved_tokens": round(self.retrieved_tokens, 1),
+            "sec_per_question": round(self.sec_per_question, 3),
+            "questions": self.questions,
+        }
+
+
+def summarize(trajectories: Sequence[Trajectory], new: int = 0) -> EvalSummary:
+    n = len(trajectories)
+    scores = [score(t.prediction, t.answers) for t in trajectories]
+    agg = aggregate(scores)
+    unusable: Counter[str] = Counter(c.role for t in trajectories for c in t.calls if c.error)
+    return EvalSummary(
+        em=float(agg["em"]),
+        f1=float(agg["f1"]),
+        rounds=sum(t.rounds for t in trajectories) / n if n else 0.0,
+        retrieved_tokens=sum(t.retrieved_tokens for t in trajectories) / n if n else 0.0,
+        sec_per_question=sum(t.wall_time for t in trajectories) / n if n else 0.0,
+        questions=n,
+        new=new,
+        stop_reasons=dict(Counter(t.stop_reason for t in trajectories)),
+        unusable_calls=dict(unusable),
+    )
+
+
+def load_eval_items(config: EvalConfig) -> tuple[list[QAItem], list[QAItem]]:
+    """(selected items, all items of the file): the corpus of "contexts" uses all of them."""
+    from knowtrace_train.data.loaders import load_items
+
+    d = config.dataset
+    everything = load_items(d.path, d.format, dataset=d.dataset, split=d.split)
+    selected = everything if d.limit is None else everything[: d.limit]
+    return selected, everything
+
+
+def load_corpus(config: EvalConfig, all_items: Sequence[QAItem]) -> list[Passage]:
+    from knowtrace_train.data.corpus import build_corpus, read_corpus
+
+    if config.corpus.source == "contexts":
+        return build_corpus(all_items)
+    return read_corpus(config.corpus.path)  # type: ignore[arg-type]
+
+
+def evaluate(
+    config: EvalConfig,
+    *,
+    generator=None,
+    retriever=None,
+    progress: bool = True,
+    on_done: Callable[[Trajectory], None] | None = None,
+) -> EvalSummary:
+    """Run `config`; `generator`/`retriever` replace the configured ones when given."""
+    items, everything = load_eval_items(config)
+    done: dict[str, Trajectory] = {}
+    if config.output:
+        for t in read_trajectories(config.output):
+            done.setdefault(t.question_id, t)
+    todo = [it for it in items if it.id not in done]
+    log.info("%d questions selected, %d already in %s, %d to run", len(items), len(items) - len(todo), config.output, len(todo))
+
+    if todo:
+        if retriever is None:
+            from knowtrace_train.retrieval import build_retriever
+
+            retriever = build_retriever(config.retriever, load_corpus(config, everything))
+        if generator is None:
+            from knowtrace_train.generation import build_generator
+
+            generator = build_generator(config.generator)
+        engine = KnowTrace(config.strategy)
+        bar = _progress(len(todo), progress)
+
+        def finished(t: Trajectory) -> None:
+            s = score(t.prediction, t.answers)
+            t.em, t.f1 = s["em"], s["f1"]
+            t.meta.setdefault("dataset_path", config.dataset.path)
+            if config.output:
+                append_jsonl(config.output, t.to_dict())
+            done[t.question_id] = t
+            if bar is not None:
+                bar.update(1)
+            if on_done is not None:
+                on_done(t)
+
+        chunk = config.chunk_size or len(todo)
+        t0 = time.perf_counter()
+        for start in range(0, len(todo), chunk):
+            engine.run(todo[start : start + chunk], generator, retriever, on_done=finished)
+        if bar is not None:
+            bar.close()
+        log.info("ran %d questions in %.1fs", len(todo), time.perf_counter() - t0)
+    return summarize([done[it.id] for it in items if it.id in done], new=len(todo))
+
+
+def _progress(total: int, enabled: bool):
+    if not enabled:
+        return None
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc="questions", unit="q", mininterval=2.0)
+
+
+def format_summary(s: EvalSummary) -> str:
+    """The human-readable table evaluate prints before the JSON line."""
+    lines = [
+        f"questions          {s.questions} ({s.new} run now)",
+        f"EM                 {s.em:.4f}",
+        f"F1                 {s.f1:.4f}",
+        f"rounds / question  {s.rounds:.2f}",
+        f"retrieved tokens   {s.retrieved_tokens:.1f} per question",
+        f"seconds / question {s.sec_per_question:.2f}",
+        f"stop reasons       {json.dumps(s.stop_reasons, sort_keys=True)}",
+        f"unusable calls     {json.dumps(s.unusable_calls, sort_keys=True)}",
+    ]
+    return "\n".join(lines)
