@@ -47,3 +47,18 @@ def unhint_prompt(prompt: str, hinted: str, question: str) -> str | None:
 def mentions_hint(text: str | None) -> bool:
     """A thought that refers to the hint cannot be trained on without it."""
     return bool(text) and bool(_HINT_WORD.search(text or ""))
+
+
+def items_to_rationalize(trajectories: Iterable, items_by_id: dict[str, QAItem]) -> list[QAItem]:
+    """Hinted items for the questions that no trajectory answered correctly (in first-seen
+    order); their rerun's trajectories go to backtracing beside the others."""
+    from knowtrace_train.backtrace import is_correct
+
+    solved: set[str] = set()
+    order: list[str] = []
+    for t in trajectories:
+        if t.question_id not in order:
+            order.append(t.question_id)
+        if is_correct(t):
+            solved.add(t.question_id)
+    return hinted_items(items_by_id[q] for q in order if q not in solved and q in items_by_id)

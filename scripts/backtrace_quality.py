@@ -82,13 +82,14 @@ def main(argv: list[str] | None = None) -> dict:
         s = res.stats
         by_rule[rule] = {
             "precision": q["precision"], "recall": q["recall"], "fa_ratio": s["fa_ratio"],
+            "fa_ratio_backtraced": s["fa_ratio_backtraced"],
             "trajectories": s["trajectories"], "correct": s["correct"], "backtraced": s["backtraced"],
             "with_gold": q["n"], "graph_precision": q["graph_precision"], "graph_recall": q["graph_recall"],
             "fa_by_role": {r: v["fa_ratio"] for r, v in s["roles"].items() if v["calls"]},
             "skipped": s["skipped"], "evidence_triplets": s["evidence_triplets"],
             "graph_triplets": s["graph_triplets"], "by_dataset": q["by_dataset"],
         }
-        print(f"\n== path rule: {rule}   FA {s['fa_ratio']:.3f}   correct {s['correct']}/{s['trajectories']}"
+        print(f"\n== path rule: {rule}   FA {s['fa_ratio']:.3f} (backtraced only {s['fa_ratio_backtraced']:.3f})   correct {s['correct']}/{s['trajectories']}"
               f"   backtraced {s['backtraced']}   skipped {s['skipped']}")
         print("   FA by role: " + ", ".join(f"{r} {v['fa_ratio']:.3f} ({v['records_kept']} kept, "
                                             f"{v['records_dropped']} dropped)" for r, v in s["roles"].items() if v["calls"]))

@@ -141,6 +141,7 @@ def test_bad_inputs_give_no_records_and_are_counted(make, reason, rule):
     assert all(not v for v in res.records_by_role.values())
     # every output token of the correct trajectory counts as filtered
     assert res.stats["tokens_all"] > 0 and res.stats["fa_ratio"] == 1.0
+    assert res.stats["fa_ratio_backtraced"] == 0.0  # nothing backtraced
 
 
 def test_no_initial_entity():
@@ -219,3 +220,26 @@ def test_fa_with_the_real_tokenizer(real_tokenizer):
     assert s["tokens_all"] == sum(count(c.output) for c in appendix_f().calls)
     assert 0 < s["fa_ratio"] < 0.5
     assert s["tokens_kept"] + s["tokens_filtered"] == s["tokens_all"]
+
+
+def test_fa_over_backtraced_trajectories_leaves_skipped_ones_out():
+    good, bad = appendix_f(), _answer_not_in_graph()
+    bad.id = "t2"
+    res = backtrace_trajectories([good, bad], count_tokens=words)
+    alone = backtrace_trajectories([good], count_tokens=words)
+    assert res.stats["fa_ratio_backtraced"] == alone.stats["fa_ratio"]
+    assert res.stats["fa_ratio"] > alone.stats["fa_ratio"]
+
+
+def test_write_records_and_stats(tmp_path):
+    import json
+
+    from knowtrace_train.io import read_jsonl
+
+    res = backtrace_trajectories([appendix_f()], count_tokens=words, iteration=2)
+    paths = res.write(tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["backtrace_stats.json", "sft_answer.jsonl",
+                                                         "sft_complete.jsonl", "sft_explore.jsonl"]
+    assert read_jsonl(paths["explore"]) == res.records_by_role["explore"]
+    assert read_jsonl(paths["answer"]) == []
+    assert json.loads((tmp_path / "backtrace_stats.json").read_text()) == res.stats

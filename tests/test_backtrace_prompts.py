@@ -134,3 +134,13 @@ def test_a_thought_leaning_on_the_hint_is_not_trained(mode):
     res = backtrace_trajectories([traj], {"t1": ITEM}, count_tokens=words, mode=mode)
     assert res.stats["skipped"] == {"hint_leak": 1}
     assert all(not v for v in res.records_by_role.values())
+
+
+def test_items_to_rationalize_are_the_unsolved_ones_hinted():
+    from knowtrace_train.rationalization import items_to_rationalize
+
+    right, wrong = appendix_f(), appendix_f()
+    wrong.question_id, wrong.em = "t2", 0.0
+    item2 = QAItem(id="t2", question="Who?", answers=("Nobody",))
+    [h] = items_to_rationalize([right, wrong], {"t1": ITEM, "t2": item2})
+    assert h.id == "t2" and is_hinted(h.question, item2.question) and "Nobody" in h.question

@@ -78,3 +78,38 @@ def test_script_prints_figures_and_a_json_last_line(tmp_path):
     assert last["trajectories"] == 2 and last["correct"] == 1 and last["precision"] == 1.0 and last["recall"] == 1.0
     assert 0 < last["fa_ratio"] < 1 and set(last["by_rule"]) == set(PATH_RULES)
     assert "musique" in out
+
+
+def test_simulated_rollouts_script(tmp_path):
+    from knowtrace_train.data.schema import SubQuestion, passage_id
+
+    def P(title, text):
+        return Passage(passage_id(title, text), title, text)
+
+    corpus = [P("Zentor", "Zentor is a bicycle company founded by Odile Farrant. Zentor is based in Vesse."),
+              P("Odile Farrant", "Odile Farrant was born in Castelbrun. She studied at Kell University."),
+              P("Castelbrun", "Castelbrun is a city in Doravia.")]
+    item = QAItem(id="w1", question="Where was the founder of Zentor born?", answers=("Castelbrun",), dataset="world",
+                  evidence=GoldEvidence(
+                      triples=(("Zentor", "founded by", "Odile Farrant"), ("Odile Farrant", "born in", "Castelbrun")),
+                      sub_questions=(SubQuestion("Who founded Zentor?", "Odile Farrant", paragraph_ids=(corpus[0].id,)),
+                                     SubQuestion("Where was Odile Farrant born?", "Castelbrun", paragraph_ids=(corpus[1].id,)))))
+    other = QAItem(id="w2", question="Where did Odile Farrant study?", answers=("Kell University",), dataset="world",
+                   evidence=GoldEvidence(triples=(("Odile Farrant", "educated at", "Kell University"),),
+                                         sub_questions=(SubQuestion("q", "Kell University", paragraph_ids=(corpus[1].id,)),)))
+    items, corpus_file, out = tmp_path / "items.jsonl", tmp_path / "corpus.jsonl", tmp_path / "sim.jsonl"
+    write_jsonl(items, [item.to_dict(), other.to_dict()])
+    write_jsonl(corpus_file, [p.to_dict() for p in corpus])
+    subprocess.run([sys.executable, str(REPO / "scripts" / "backtrace_simulated_rollouts.py"), "--items", str(items),
+                    "--corpus", str(corpus_file), "--output", str(out), "--n", "1", "--noise", "0"],
+                   check=True, capture_output=True, cwd=REPO)
+    from knowtrace_train.io import read_jsonl
+    from knowtrace_train.trajectory import Trajectory
+
+    [traj] = [Trajectory.from_dict(d) for d in read_jsonl(out)]
+    assert traj.em == 1.0
+    # the greedy extractor also wrote the other item's fact from the second passage: an extraneous triplet
+    assert len(traj.graph.triplets) == 3
+    res = backtrace_trajectories([traj], {"w1": item}, count_tokens=words)
+    q = evidence_quality([traj], res.traces, {"w1": item})
+    assert (q["precision"], q["recall"]) == (1.0, 1.0) and q["graph_precision"] == pytest.approx(2 / 3)
