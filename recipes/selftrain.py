@@ -92,6 +92,17 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as e:
         print(f"config error: {e}", file=sys.stderr)
         return 2
+    try:
+        line = run_all(config, args, overrides)
+    except ConfigError as e:  # a run folder started with another config
+        print(f"config error: {e}", file=sys.stderr)
+        return 2
+    if int(os.environ.get("RANK", "0")) == 0:
+        print(json.dumps(line))
+    return 0
+
+
+def run_all(config: SelfTrainConfig, args: argparse.Namespace, overrides: list[str]) -> dict:
     if not config.grid:
         line = run_one(config, args.quiet)
     else:
@@ -103,9 +114,7 @@ def main(argv: list[str] | None = None) -> int:
             sub = load(args.config, [*overrides, *extra, "--grid={}", "--output_dir", str(root / point_name(point))])
             results.append({"point": point, **run_one(sub, args.quiet)})
         line = {"run_dir": str(root), "points": results}
-    if int(os.environ.get("RANK", "0")) == 0:
-        print(json.dumps(line))
-    return 0
+    return line
 
 
 if __name__ == "__main__":
