@@ -1,0 +1,215 @@
+"""Reports of self-training runs: the per-iteration table, summary.json, and the paper's Figure 2.
+
+`summarize_run` folds the metrics of the base, M0 and every iteration into the run's summary;
+`table_header` / `table_row` print one row per model as the run goes; `load_run` reads a finished
+(or running) run folder back; `plot_runs` draws EM and FA ratio per iteration, one line per run
+(backtracing and non-backtracing side by side when both are given).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Sequence
+
+COLUMNS = (
+    ("iter", 5), ("correct", 9), ("FA", 6), ("FA exp/com/ans", 16), ("SFT exp/com", 11),
+    ("loss exp/com", 13), ("train s", 8), ("dev EM", 7), ("dev F1", 7),
+)
+
+
+def _fmt(v: Any, digits: int = 3) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:.{digits}f}"
+    return str(v)
+
+
+def table_header() -> str:
+    return "  ".join(name.rjust(w) for name, w in COLUMNS)
+
+
+def table_row(m: dict[str, Any]) -> str:
+    """One row: iteration, rollout questions correct, FA ratio overall and per call kind, SFT records
+    per adapter, training loss per adapter, training seconds, dev EM and F1."""
+    it = m.get("iteration")
+    ev = m.get("eval") or {}
+    roll = m.get("rollout") or {}
+    bt = m.get("backtrace") or {}
+    sft = m.get("sft_records") or {}
+    train = m.get("train") or {}
+    if it == "base":
+        cells = ["base", "-", "-", "-", "-", "-", "-"]
+    elif it == 0:
+        recs = sft
+        tr = next(iter(train.values()), {}) if len(train) == 1 else None
+        loss = _fmt(tr.get("loss")) if tr else "/".join(_fmt(t.get("loss")) for t in train.values())
+        cells = ["0", "gold", "-", "-", f"{recs.get('explore', 0) + recs.get('answer', 0)}/{recs.get('complete', 0)}",
+                 loss, _fmt(m.get("seconds", {}).get("train"), 0)]
+    else:
+        fa = bt.get("fa_by_role") or {}
+        vals = list(sft.values())
+        losses = [_fmt(t.get("loss")) if t.get("records") else "-" for t in train.values()]
+        cells = [
+            str(it),
+            f"{roll.get('correct', 0)}/{roll.get('questions', 0)}",
+            _fmt(bt.get("fa_ratio")),
+            "/".join(_fmt(fa.get(k), 2) for k in ("explore", "complete", "answer")),
+            "/".join(str(v) for v in vals),
+            "/".join(losses),
+            _fmt(m.get("seconds", {}).get("train"), 0),
+        ]
+    cells += [_fmt(ev.get("em")), _fmt(ev.get("f1"))]
+    if m.get("status") == "empty":
+        cells[-2:] = ["empty", "-"]
+    return "  ".join(c.rjust(w) for c, (_, w) in zip(cells, COLUMNS))
+
+
+def summarize_run(config, run_dir: Path, metrics: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The run's summary: dev EM/F1 of the raw base, of M0 and of every iteration, FA ratios, records,
+    losses, and the seconds of each phase (summed over the stages as they ran, resumes included)."""
+    base = next((m for m in metrics if m.get("iteration") == "base"), None)
+    boot = next((m for m in metrics if m.get("iteration") == 0), None)
+    iters = [m for m in metrics if isinstance(m.get("iteration"), int) and m["iteration"] > 0]
+    phases = {"rollout": 0.0, "backtrace": 0.0, "train": 0.0, "eval": 0.0, "bootstrap": 0.0}
+    for m in metrics:
+        secs = m.get("seconds", {})
+        if m.get("iteration") == 0:
+            phases["bootstrap"] += sum(v for k, v in secs.items() if k != "eval")
+            phases["eval"] += secs.get("eval", 0.0)
+        else:
+            for k in ("rollout", "backtrace", "train", "eval"):
+                phases[k] += secs.get(k, 0.0)
+    phases = {k: round(v, 1) for k, v in phases.items()}
+    phases["total"] = round(sum(phases.values()), 1)
+    rows = []
+    for m in iters:
+        ev, bt, roll = m.get("eval") or {}, m.get("backtrace") or {}, m.get("rollout") or {}
+        rows.append({
+            "iteration": m["iteration"],
+            "status": m.get("status"),
+            "em": ev.get("em"),
+            "f1": ev.get("f1"),
+            "fa_ratio": bt.get("fa_ratio"),
+            "fa_by_role": bt.get("fa_by_role"),
+            "rollout_correct": roll.get("correct"),
+            "rollout_questions": roll.get("questions"),
+            "rollout_em": roll.get("em"),
+            "sft_records": m.get("sft_records"),
+            "train_loss": {a: t.get("loss") for a, t in (m.get("train") or {}).items()},
+        })
+    return {
+        "run_dir": str(run_dir),
+        "name": config.name,
+        "mode": config.mode,
+        "model": config.generator.model,
+        "iterations_planned": config.iterations,
+        "base": None if base is None else {"em": base["eval"]["em"], "f1": base["eval"]["f1"]},
+        "bootstrap": None if boot is None else {
+            "em": boot["eval"]["em"], "f1": boot["eval"]["f1"], "sft_records": boot.get("sft_records"),
+            "gold_trajectories": (boot.get("gold") or {}).get("trajectories"),
+        },
+        "iterations": rows,
+        "seconds": phases,
+    }
+
+
+def headline(summary: dict[str, Any]) -> dict[str, Any]:
+    """The recipe's last line: the run folder, dev EM of base / M0 / each iteration, FA ratios."""
+    r = lambda v: None if v is None else round(v, 4)  # noqa: E731
+    return {
+        "run_dir": summary["run_dir"],
+        "mode": summary["mode"],
+        "base_em": r((summary.get("base") or {}).get("em")),
+        "m0_em": r((summary.get("bootstrap") or {}).get("em")),
+        "em": [r(x["em"]) for x in summary["iterations"]],
+        "fa_ratio": [r(x["fa_ratio"]) for x in summary["iterations"]],
+        "seconds": summary["seconds"],
+    }
+
+
+# -- reading runs back and plotting ------------------------------------------------------------------
+
+
+def load_run(run_dir: str | Path) -> dict[str, Any]:
+    """summary.json of a run folder (the metrics.json files where the summary is missing)."""
+    run_dir = Path(run_dir)
+    path = run_dir / "summary.json"
+    if path.is_file():
+        return json.loads(path.read_text(encoding="utf-8"))
+    raise FileNotFoundError(f"{run_dir}: no summary.json (not a self-training run folder, or not started)")
+
+
+def series(summary: dict[str, Any]) -> tuple[list[int], list[float | None], list[int], list[float | None]]:
+    """(iterations with EM, EM, iterations with FA, FA): EM starts at M0 (iteration 0; the raw base
+    where there is no bootstrap), FA at iteration 1 (it is measured on each iteration's rollouts)."""
+    em_x, em_y = [], []
+    start = summary.get("bootstrap") or summary.get("base")
+    if start is not None:
+        em_x.append(0)
+        em_y.append(start["em"])
+    for row in summary["iterations"]:
+        if row.get("em") is not None:
+            em_x.append(row["iteration"])
+            em_y.append(row["em"])
+    fa = [(row["iteration"], row["fa_ratio"]) for row in summary["iterations"] if row.get("fa_ratio") is not None]
+    return em_x, em_y, [x for x, _ in fa], [y for _, y in fa]
+
+
+def label(summary: dict[str, Any]) -> str:
+    kind = "KnowTrace* (backtracing)" if summary.get("mode") == "backtrace" else "Non-Backtracing (STaR)"
+    return f"{kind}: {summary.get('name')}"
+
+
+def plot_runs(summaries: Sequence[dict[str, Any]], out: str | Path, title: str = "") -> Path:
+    """Figure 2 of the paper for these runs: (a) dev EM per iteration, (b) FA ratio per iteration."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax_em, ax_fa) = plt.subplots(1, 2, figsize=(10, 4))
+    markers = {"backtrace": "o-", "star": "s--"}
+    for s in summaries:
+        ex, ey, fx, fy = series(s)
+        style = markers.get(s.get("mode"), "^-")
+        ax_em.plot(ex, ey, style, label=label(s))
+        ax_fa.plot(fx, fy, style, label=label(s))
+    base = next((s["base"]["em"] for s in summaries if s.get("base")), None)
+    if base is not None:
+        ax_em.axhline(base, color="grey", linestyle=":", linewidth=1, label="raw base (few-shot)")
+    ax_em.set(xlabel="self-training iteration (0 = M0)", ylabel="dev EM", title="(a) EM")
+    ax_fa.set(xlabel="self-training iteration", ylabel="FA ratio", title="(b) FA ratio")
+    for ax in (ax_em, ax_fa):
+        ax.xaxis.get_major_locator().set_params(integer=True)
+        ax.grid(alpha=0.3)
+    ax_em.legend(fontsize=7)
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+    return out
+
+
+def comparison_table(summaries: Sequence[dict[str, Any]]) -> str:
+    """Per run and iteration: dev EM, F1, FA ratio, correct rollouts, SFT records."""
+    lines = [f"{'run':28} {'mode':9} {'iter':>4} {'dev EM':>7} {'dev F1':>7} {'FA':>6} {'correct':>8} {'SFT records':>14}"]
+    for s in summaries:
+        name = s.get("name", "")[:28]
+        if s.get("base"):
+            lines.append(f"{name:28} {s['mode']:9} {'base':>4} {s['base']['em']:7.3f} {s['base']['f1']:7.3f}")
+        if s.get("bootstrap"):
+            b = s["bootstrap"]
+            lines.append(f"{name:28} {s['mode']:9} {0:>4} {b['em']:7.3f} {b['f1']:7.3f} {'-':>6} {'gold':>8} "
+                         f"{json.dumps(b.get('sft_records'), separators=(',', ':')):>14}")
+        for r in s["iterations"]:
+            recs = "/".join(str(v) for v in (r.get("sft_records") or {}).values())
+            lines.append(
+                f"{name:28} {s['mode']:9} {r['iteration']:>4} {_fmt(r.get('em')):>7} {_fmt(r.get('f1')):>7} "
+                f"{_fmt(r.get('fa_ratio')):>6} {str(r.get('rollout_correct')) + '/' + str(r.get('rollout_questions')):>8} {recs:>14}"
+            )
+    return "\n".join(lines)

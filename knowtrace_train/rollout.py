@@ -1,0 +1,109 @@
+"""Rollouts: KnowTrace over a list of questions in fixed chunks, resumable, split across processes.
+
+The questions are cut into chunks of `chunk_size` in their given order. Each chunk is one batch of
+the engine (so a resumed run feeds the model exactly the batches an uninterrupted one did, and
+greedy decoding gives the same trajectories); under several processes each takes every world-th
+question of the chunk, and the main process gathers the chunk. A finished chunk is written at once,
+atomically, to `<out>.parts/<chunk>.jsonl`; a kill loses at most the chunk in flight. When every
+chunk is there, the main process writes `<out>` (scored trajectories, one per line, in question
+order) and removes the parts. Scoring and the summary are evaluate's (`summarize`).
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from pathlib import Path
+from typing import Callable, Sequence
+
+from knowtrace_train.data.schema import QAItem
+from knowtrace_train.evaluate import read_trajectories
+from knowtrace_train.generation.base import Generator
+from knowtrace_train.io import write_jsonl
+from knowtrace_train.metrics import score
+from knowtrace_train.retrieval.base import Retriever
+from knowtrace_train.stages import Processes
+from knowtrace_train.strategies.knowtrace import KnowTrace, KnowTraceConfig
+from knowtrace_train.trajectory import Trajectory
+
+log = logging.getLogger(__name__)
+
+
+def parts_dir(out: Path) -> Path:
+    return out.parent / f"{out.name}.parts"
+
+
+def run_rollouts(
+    items: Sequence[QAItem],
+    out: str | Path,
+    strategy: KnowTraceConfig,
+    make_generator: Callable[[], Generator],
+    retriever: Retriever,
+    *,
+    chunk_size: int = 16,
+    procs: Processes | None = None,
+    iteration: int | None = None,
+    desc: str = "rollout",
+    progress: bool = True,
+) -> list[Trajectory]:
+    """Scored trajectories of `items`, in their order, written to `out`. The generator is built
+    (`make_generator()`) only when a chunk remains to run."""
+    out = Path(out)
+    procs = procs or Processes()
+    if chunk_size < 1:
+        raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
+    ids = [it.id for it in items]
+    if len(set(ids)) != len(ids):
+        raise ValueError("rollout questions must have distinct ids")
+    if out.is_file():
+        done = read_trajectories(out)
+        if [t.question_id for t in done] == ids:
+            return done
+        raise ValueError(f"{out} holds other questions than this stage's; remove it to rerun the stage")
+
+    parts = parts_dir(out)
+    engine = KnowTrace(strategy)
+    generator: Generator | None = None
+    chunks = [list(items[i : i + chunk_size]) for i in range(0, len(items), chunk_size)]
+    bar = _bar(len(items), desc, progress and procs.is_main)
+    result: list[Trajectory] = []
+    for c, chunk in enumerate(chunks):
+        part = parts / f"{c:05d}.jsonl"
+        if part.is_file():
+            trajs = read_trajectories(part)
+            if [t.question_id for t in trajs] != [it.id for it in chunk]:
+                raise ValueError(f"{part} holds other questions than chunk {c}; remove {parts} to rerun the stage")
+        else:
+            if generator is None:
+                generator = make_generator()
+            mine = chunk[procs.rank :: procs.world]
+            local = engine.run(mine, generator, retriever) if mine else []
+            for t in local:
+                s = score(t.prediction, t.answers)
+                t.em, t.f1, t.iteration = s["em"], s["f1"], iteration
+            gathered = procs.gather([t.to_dict() for t in local])
+            by_id = {d["question_id"]: d for rank_rows in gathered for d in rank_rows}
+            rows = [by_id[it.id] for it in chunk]
+            if procs.is_main:
+                write_jsonl(part, rows)
+            trajs = [Trajectory.from_dict(d) for d in rows]
+            procs.barrier()
+        result.extend(trajs)
+        if bar is not None:
+            bar.update(len(chunk))
+            bar.set_postfix(em=f"{sum(t.em or 0 for t in result) / len(result):.3f}")
+    if bar is not None:
+        bar.close()
+    if procs.is_main:
+        write_jsonl(out, [t.to_dict() for t in result])
+        shutil.rmtree(parts, ignore_errors=True)
+    procs.barrier()
+    return result
+
+
+def _bar(total: int, desc: str, enabled: bool):
+    if not enabled or total == 0:
+        return None
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc=desc, unit="q", mininterval=1.0)

@@ -1,0 +1,564 @@
+"""Algorithm 2 (backtracing-guided self-training) as resumable stages in a run folder.
+
+M0 is the base model, or the bootstrapped one (iteration 0: LoRA on gold trajectories, merged into
+the weights). Iteration z rolls out the train questions with M(z-1) (M0 at z=1; afterwards M0 with
+iteration z-1's exploration adapter for exploration and answering calls and its completion adapter
+for completion calls), scores them, backtraces and filters the correct trajectories (mode
+"backtrace") or keeps them whole (mode "star"), trains both adapters from M0 on that iteration's
+records only, and evaluates M(z) on the dev questions.
+
+Run folder (runs/<name>):
+
+    config.yaml                   the config as run; a rerun must bring the same one
+    questions.json                ids of the rollout, bootstrap and dev questions
+    base/eval.jsonl               the raw base (few-shot) on the dev questions; base/probe.jsonl for
+                                  bootstrap "auto" (the raw base on the first train questions)
+    iter_0/                       the bootstrap: sft_<kind>.jsonl (gold), gold.json, bootstrap_adapters/<a>/
+                                  (merged already), model/ (M0), eval.jsonl, metrics.json
+    m0.json                       M0: "path" of its model folder (relative to the run folder when inside it), the
+                                  raw base, whether bootstrapped, the prompt settings it runs with
+    iter_<z>/                     rollouts.jsonl, backtrace.json, sft_<kind>.jsonl, adapters/<role>/,
+                                  eval.jsonl, metrics.json
+    <folder>/DONE.<stage>         the stage's marker with its seconds and figures
+    summary.json                  dev EM/F1 and FA ratios per iteration, wall time per phase
+
+Every file is written to a temporary name and renamed; a stage whose marker exists is never redone,
+so a killed run started again with the same config continues at the first unfinished stage.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import random
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+from knowtrace_train.config import ConfigError, config_to_dict, dump_config, read_yaml
+from knowtrace_train.data.schema import Passage, QAItem
+from knowtrace_train.evaluate import EvalConfig, load_corpus, read_trajectories, summarize
+from knowtrace_train.io import iter_jsonl, write_json, write_jsonl
+from knowtrace_train.rollout import run_rollouts
+from knowtrace_train.selftrain_config import SelfTrainConfig
+from knowtrace_train.stages import Processes, StageRunner
+from knowtrace_train.strategies.knowtrace import FewShotConfig, KnowTraceConfig
+
+log = logging.getLogger(__name__)
+
+#: Call kinds whose records backtracing and gold trajectories write (sft_<kind>.jsonl).
+CALL_KINDS = ("explore", "complete", "answer")
+#: Where the bootstrap's adapters go: not iter_0/adapters/, as they are merged into M0 already (an
+#: export of "the latest iteration with adapters" must never merge them a second time).
+BOOTSTRAP_ADAPTERS = "bootstrap_adapters"
+#: Config keys a rerun may change without invalidating the run folder.
+RESUMABLE_CHANGES = ("name", "output_dir", "iterations", "generator.progress", "retriever.show_progress")
+
+
+# -- the models of the loop -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ModelState:
+    """A model of the loop: weights (`model`, a folder or alias) and the adapter of each role.
+    `trained` names the generator roles whose weights were trained (by the bootstrap or an adapter):
+    their prompts follow `fewshot_trained`; untrained roles keep the strategy's exemplars."""
+
+    name: str
+    model: str
+    adapters: Mapping[str, str] = field(default_factory=dict)
+    trained: frozenset[str] = frozenset()
+
+
+# -- question selection -----------------------------------------------------------------------------
+
+
+@dataclass
+class Questions:
+    rollout: list[QAItem]
+    bootstrap: list[QAItem]
+    dev: list[QAItem]
+    #: every train and dev item (the corpus of "contexts" and the items backtracing looks up)
+    all_items: list[QAItem]
+
+    def ids(self) -> dict[str, list[str]]:
+        return {k: [it.id for it in getattr(self, k)] for k in ("rollout", "bootstrap", "dev")}
+
+
+def select_questions(config: SelfTrainConfig, bootstrap: bool) -> Questions:
+    """Seeded shuffles of the train and dev splits: D is the first `train_questions` train questions,
+    the bootstrap's gold questions the next `bootstrap.questions`, dev the first `dev_questions`."""
+    from knowtrace_train.data.loaders import load_items
+
+    d = config.data
+    train = load_items(d.train, d.format)
+    dev = load_items(d.dev, d.format)
+    order = list(train)
+    random.Random(d.seed).shuffle(order)
+    n_boot = config.bootstrap.questions if bootstrap else 0
+    n_roll = d.train_questions if d.train_questions is not None else max(0, len(order) - n_boot)
+    if n_roll > len(order):
+        raise ValueError(f"data.train_questions is {n_roll} but {d.train} holds {len(order)} questions")
+    rollout = order[:n_roll]
+    boot = order[n_roll : n_roll + n_boot]
+    if bootstrap and not boot:
+        raise ValueError(f"{d.train}: no train question left for the bootstrap after {n_roll} rollout questions")
+    dev_order = list(dev)
+    random.Random(d.seed + 1).shuffle(dev_order)
+    dev_sel = dev_order if d.dev_questions is None else dev_order[: d.dev_questions]
+    return Questions(rollout=rollout, bootstrap=boot, dev=dev_sel, all_items=train + dev)
+
+
+# -- the run ----------------------------------------------------------------------------------------
+
+
+class SelfTrain:
+    """One self-training run in its folder. `run()` walks every stage, skipping the finished ones."""
+
+    def __init__(
+        self,
+        config: SelfTrainConfig,
+        *,
+        procs: Processes | None = None,
+        progress: bool = True,
+        on_metrics: Callable[[dict[str, Any]], None] | None = None,
+        make_generator: Callable[[Any], Any] | None = None,
+    ) -> None:
+        config.validate()
+        self.config = config
+        self.run_dir = Path(config.output_dir or Path("runs") / config.name)
+        self.procs = procs or Processes.detect()
+        self.stages = StageRunner(self.procs)
+        self.progress = progress
+        #: called with each finished model's metrics (the base, M0, every iteration), in order
+        self.on_metrics = on_metrics
+        #: GeneratorConfig -> Generator (default: generation.build_generator)
+        self.make_generator = make_generator
+        self._corpus: list[Passage] | None = None
+        self._retriever = None
+        self._tokenizer = None
+        self._base_path: Path | None = None
+
+    # -- lazily built parts (a finished run loads nothing) ----------------------------------------
+    @property
+    def corpus(self) -> list[Passage]:
+        if self._corpus is None:
+            self._corpus = load_corpus(EvalConfig(corpus=self.config.data.corpus), self.questions.all_items)
+        return self._corpus
+
+    @property
+    def retriever(self):
+        if self._retriever is None:
+            from knowtrace_train.retrieval import build_retriever
+
+            self._retriever = build_retriever(self.config.retriever, self.corpus)
+        return self._retriever
+
+    @property
+    def base_path(self) -> Path:
+        """The raw base as a plain model folder."""
+        if self._base_path is None:
+            from knowtrace_train.generation import resolve_model
+
+            self._base_path = Path(resolve_model(self.config.generator.model, self.config.generator.cache_dir))
+        return self._base_path
+
+    def count_tokens(self, text: str) -> int:
+        if self._tokenizer is None:
+            from transformers import AutoTokenizer
+
+            self._tokenizer = AutoTokenizer.from_pretrained(str(self.base_path))
+        return len(self._tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    # -- the whole run ----------------------------------------------------------------------------
+    def run(self) -> dict[str, Any]:
+        """Every stage in order; returns the summary (also written to summary.json)."""
+        cfg = self.config
+        t0 = time.perf_counter()
+        self._prepare_folder()
+        metrics: list[dict[str, Any]] = []
+        if cfg.eval_base:
+            metrics.append(self._base_eval())
+        m0 = self._m0(metrics)
+        state = m0
+        for z in range(1, cfg.iterations + 1):
+            m, state, stop = self._iteration(z, state, m0)
+            metrics.append(m)
+            self._emit(m)
+            self._write_summary(metrics)
+            if stop:
+                break
+        summary = self._write_summary(metrics)
+        log.info("run finished in %.1fs (this invocation)", time.perf_counter() - t0)
+        return summary
+
+    def _emit(self, m: dict[str, Any]) -> None:
+        if self.on_metrics is not None and self.procs.is_main:
+            self.on_metrics(m)
+
+    # -- folder and questions ---------------------------------------------------------------------
+    def _prepare_folder(self) -> None:
+        cfg = self.config
+        saved = self.run_dir / "config.yaml"
+        if saved.is_file():
+            check_same_config(cfg, saved)
+        elif self.procs.is_main:
+            from knowtrace_train.io import atomic_write_text
+
+            atomic_write_text(saved, dump_config(cfg))
+        self.procs.barrier()
+        self.questions = select_questions(cfg, bootstrap=cfg.bootstrap.mode != "never")
+        qfile = self.run_dir / "questions.json"
+        ids = self.questions.ids()
+        if qfile.is_file():
+            import json
+
+            if json.loads(qfile.read_text(encoding="utf-8")) != ids:
+                raise ValueError(f"{qfile}: the data files now give other questions than this run used; "
+                                 "restore them or start a new run folder")
+        elif self.procs.is_main:
+            write_json(qfile, ids)
+        self.procs.barrier()
+        self.items_by_id = {it.id: it for it in self.questions.all_items}
+
+    # -- models -----------------------------------------------------------------------------------
+    def used_roles(self) -> set[str]:
+        r = self.config.strategy.roles
+        used = {r.explore, r.complete, r.answer}
+        if self.config.strategy.kg_format == "text":
+            used.add(r.kg_to_text)
+        return used
+
+    def generator_config(self, state: ModelState):
+        adapters = {k: str(v) for k, v in state.adapters.items()}
+        base_roles = tuple(sorted(self.used_roles() - set(adapters))) if adapters else ()
+        return dataclasses.replace(self.config.generator, model=state.model, adapters=adapters, base_roles=base_roles)
+
+    def strategy_config(self, state: ModelState, seed: int) -> KnowTraceConfig:
+        s = self.config.strategy
+        ft = self.config.fewshot_trained
+
+        def shots(role: str, configured: bool) -> bool:
+            return ft if role in state.trained else configured
+
+        fewshot = FewShotConfig(
+            explore=shots(s.roles.explore, s.fewshot.explore),
+            complete=shots(s.roles.complete, s.fewshot.complete),
+            kg_to_text=shots(s.roles.kg_to_text, s.fewshot.kg_to_text),
+        )
+        return dataclasses.replace(s, fewshot=fewshot, seed=seed)
+
+    def _rollout(self, state: ModelState, items: Sequence[QAItem], out: Path, seed: int, desc: str,
+                 iteration: int | None) -> dict[str, Any]:
+        from knowtrace_train.generation import build_generator
+
+        gen_cfg = self.generator_config(state)
+        make = self.make_generator or build_generator
+        trajs = run_rollouts(
+            items, out, self.strategy_config(state, seed), lambda: make(gen_cfg), self.retriever,
+            chunk_size=self.config.chunk_size, procs=self.procs, iteration=iteration, desc=desc,
+            progress=self.progress,
+        )
+        s = summarize(trajs)
+        return {
+            "model": state.name,
+            "questions": s.questions,
+            "correct": int(round(sum(t.em or 0.0 for t in trajs))),
+            "em": s.em,
+            "f1": s.f1,
+            "rounds": s.rounds,
+            "retrieved_tokens": s.retrieved_tokens,
+            "sec_per_question": s.sec_per_question,
+            "stop_reasons": s.stop_reasons,
+            "unusable_calls": s.unusable_calls,
+        }
+
+    def _eval(self, folder: Path, state: ModelState, seed: int, iteration: int | None) -> dict[str, Any]:
+        return self.stages.run(folder, "eval", lambda: self._rollout(
+            state, self.questions.dev, folder / "eval.jsonl", seed, f"{folder.name} dev eval", iteration))
+
+    # -- the raw base -----------------------------------------------------------------------------
+    def raw_base(self) -> ModelState:
+        return ModelState(name="base", model=self.config.generator.model)
+
+    def _base_eval(self) -> dict[str, Any]:
+        folder = self.run_dir / "base"
+        ev = self._eval(folder, self.raw_base(), self.config.strategy.seed, None)
+        m = {"iteration": "base", "model": "base", "eval": ev, "seconds": {"eval": ev["seconds"]}}
+        if self.procs.is_main:
+            write_json(folder / "metrics.json", m)
+        self._emit(m)
+        return m
+
+    # -- M0: the bootstrap (iteration 0) or the raw base ------------------------------------------
+    def _m0(self, metrics: list[dict[str, Any]]) -> ModelState:
+        cfg = self.config
+        if cfg.bootstrap.mode == "always":
+            bootstrap = True
+        elif cfg.bootstrap.mode == "never":
+            bootstrap = False
+        else:
+            bootstrap = self._probe()
+        if not bootstrap:
+            self._write_m0(str(self.base_path), bootstrapped=False)
+            return self.raw_base()
+        m, state = self._bootstrap()
+        metrics.append(m)
+        self._emit(m)
+        return state
+
+    def _probe(self) -> bool:
+        """Bootstrap "auto": whether the raw base answers too few of the first train questions."""
+        cfg = self.config
+        folder = self.run_dir / "base"
+        items = self.questions.rollout[: cfg.bootstrap.probe_questions]
+        info = self.stages.run(folder, "probe", lambda: self._rollout(
+            self.raw_base(), items, folder / "probe.jsonl", cfg.strategy.seed, "probe (raw base)", None))
+        need = info["em"] < cfg.bootstrap.min_em
+        log.info("bootstrap auto: the raw base answers %.3f of %d train questions (threshold %.3f): %s",
+                 info["em"], info["questions"], cfg.bootstrap.min_em, "bootstrapping" if need else "no bootstrap")
+        return need
+
+    def _bootstrap(self) -> tuple[dict[str, Any], ModelState]:
+        cfg = self.config
+        folder = self.run_dir / "iter_0"
+        roles = cfg.strategy.roles
+        gold = self.stages.run(folder, "gold", lambda: self._gold(folder))
+        records = {k: _read_records(folder / f"sft_{k}.jsonl") for k in CALL_KINDS}
+        if cfg.bootstrap.joint:
+            groups = {"bootstrap": [r for k in CALL_KINDS for r in records[k]]}
+        else:
+            groups = self._records_per_adapter(records)
+        train_info = {}
+        for i, (adapter, recs) in enumerate(groups.items()):
+            train_info[adapter] = self.stages.run(folder, f"train_{adapter}", lambda a=adapter, r=recs, i=i: self._train(
+                folder, a, r, self.base_path, cfg.bootstrap.train, seed=cfg.seed * 1000 + i, subdir=BOOTSTRAP_ADAPTERS))
+        trained = [a for a, t in train_info.items() if t.get("records", 0) > 0]
+        if not trained:
+            raise ValueError(f"bootstrap: no gold trajectory could be built from {len(self.questions.bootstrap)} "
+                             f"train questions ({gold.get('skipped')}); set bootstrap.mode: never or check the data")
+        merge = self.stages.run(folder, "merge", lambda: self._merge(folder, [folder / BOOTSTRAP_ADAPTERS / a for a in trained]))
+        state = ModelState(name="M0", model=str(folder / "model"), trained=frozenset({roles.explore, roles.complete}))
+        ev = self._eval(folder, state, cfg.strategy.seed, 0)
+        m = {
+            "iteration": 0,
+            "model": "M0 (bootstrapped)",
+            "gold": gold,
+            "sft_records": {k: len(v) for k, v in records.items()},
+            "train": train_info,
+            "eval": ev,
+            "seconds": {
+                "gold": gold["seconds"],
+                "train": sum(t["seconds"] for t in train_info.values()),
+                "merge": merge["seconds"],
+                "eval": ev["seconds"],
+            },
+        }
+        if self.procs.is_main:
+            write_json(folder / "metrics.json", m)
+        return m, state
+
+    def _gold(self, folder: Path) -> dict[str, Any]:
+        from knowtrace_train.gold_trajectories import gold_trajectory_records
+
+        cfg = self.config
+        info: dict[str, Any] = {}
+        if self.procs.is_main:
+            res = gold_trajectory_records(
+                self.questions.bootstrap, self.retriever, k=cfg.strategy.passages, fewshot=cfg.fewshot_trained,
+                kg_format=cfg.strategy.kg_format, require_support=cfg.bootstrap.require_support,
+                count_tokens=self.count_tokens, iteration=0,
+            )
+            for k in CALL_KINDS:
+                write_jsonl(folder / f"sft_{k}.jsonl", res.records_by_role.get(k, []))
+            write_json(folder / "gold.json", res.stats)
+            info = {"items": res.stats["items"], "trajectories": res.stats["trajectories"],
+                    "skipped": res.stats["skipped"], "records": res.stats["records"]}
+        return self.procs.broadcast(info)
+
+    def _merge(self, folder: Path, adapters: list[Path]) -> dict[str, Any]:
+        from knowtrace_train.train import merge_adapters_into_base
+
+        if self.procs.is_main:
+            merge_adapters_into_base(self.base_path, adapters, folder / "model")
+            self._write_m0(str(folder / "model"), bootstrapped=True)
+        return {"adapters": [a.name for a in adapters]}
+
+    def _write_m0(self, model: str, bootstrapped: bool) -> None:
+        if not self.procs.is_main:
+            return
+        p = Path(model)
+        try:
+            shown = str(p.resolve().relative_to(self.run_dir.resolve()))
+        except ValueError:
+            shown = str(p)
+        write_json(self.run_dir / "m0.json", {
+            "path": shown,
+            "base_model": str(self.base_path),
+            "bootstrapped": bootstrapped,
+            "prompt_format": self.config.generator.prompt_format,
+            "fewshot": self.config.fewshot_trained if bootstrapped else config_to_dict(self.config.strategy.fewshot),
+            "roles": config_to_dict(self.config.strategy.roles),
+        })
+
+    # -- one iteration ----------------------------------------------------------------------------
+    def _records_per_adapter(self, records: Mapping[str, list[dict[str, Any]]]) -> dict[str, list[dict[str, Any]]]:
+        """Records of each call kind go to the adapter of the role that kind runs with."""
+        roles = self.config.strategy.roles
+        out: dict[str, list[dict[str, Any]]] = {roles.explore: [], roles.complete: []}
+        for kind in CALL_KINDS:
+            out[getattr(roles, kind)].extend(records.get(kind, []))
+        return out
+
+    def _iteration(self, z: int, prev: ModelState, m0: ModelState) -> tuple[dict[str, Any], ModelState, bool]:
+        cfg = self.config
+        folder = self.run_dir / f"iter_{z}"
+        seed = cfg.strategy.seed + z
+        roll = self.stages.run(folder, "rollout", lambda: self._rollout(
+            prev, self.questions.rollout, folder / "rollouts.jsonl", seed, f"iter {z} rollout", z))
+        bt = self.stages.run(folder, "backtrace", lambda: self._backtrace(folder, z))
+        records = {k: _read_records(folder / f"sft_{k}.jsonl") for k in CALL_KINDS}
+        groups = self._records_per_adapter(records)
+        base = Path(m0.model) if m0.name == "M0" else self.base_path
+        train_info: dict[str, dict[str, Any]] = {}
+        for i, (adapter, recs) in enumerate(groups.items()):
+            train_info[adapter] = self.stages.run(folder, f"train_{adapter}", lambda a=adapter, r=recs, i=i: self._train(
+                folder, a, r, base, cfg.train, seed=cfg.seed * 1000 + z * 10 + i))
+        adapters = {a: str(folder / "adapters" / a) for a, t in train_info.items() if t.get("records", 0) > 0}
+        status = "trained"
+        stop = False
+        if not adapters:
+            status = "empty"
+            log.warning("iteration %d: %d of %d rollouts correct, %d backtraced: nothing to train on (%s)",
+                        z, roll["correct"], roll["questions"], bt.get("backtraced", 0),
+                        "the run stops here" if cfg.on_empty == "stop" else "M%d = M%d" % (z, z - 1))
+            state = dataclasses.replace(prev, name=f"M{z}")
+            stop = cfg.on_empty == "stop"
+        else:
+            state = ModelState(name=f"M{z}", model=m0.model, adapters=adapters,
+                               trained=m0.trained | frozenset(adapters))
+        ev = None if stop else self._eval(folder, state, seed, z)
+        m = {
+            "iteration": z,
+            "model": state.name,
+            "status": status,
+            "rollout": roll,
+            "backtrace": bt,
+            "sft_records": {a: len(r) for a, r in groups.items()},
+            "train": train_info,
+            "adapters": {a: str(Path(p).relative_to(self.run_dir)) if _inside(p, self.run_dir) else p
+                         for a, p in adapters.items()},
+            "eval": ev,
+            "seconds": {
+                "rollout": roll["seconds"],
+                "backtrace": bt["seconds"],
+                "train": sum(t["seconds"] for t in train_info.values()),
+                "eval": ev["seconds"] if ev else 0.0,
+            },
+        }
+        if self.procs.is_main:
+            write_json(folder / "metrics.json", m)
+        self.procs.barrier()
+        return m, state, stop
+
+    def _backtrace(self, folder: Path, z: int) -> dict[str, Any]:
+        from knowtrace_train.backtrace import backtrace_trajectories
+
+        cfg = self.config
+        info: dict[str, Any] = {}
+        if self.procs.is_main:
+            trajs = read_trajectories(folder / "rollouts.jsonl")
+            res = backtrace_trajectories(
+                trajs, self.items_by_id, count_tokens=self.count_tokens, mode=cfg.mode, path_rule=cfg.path_rule,
+                fewshot=cfg.fewshot_trained, iteration=z, passages={p.id: p for p in self.corpus},
+            )
+            for k in CALL_KINDS:
+                write_jsonl(folder / f"sft_{k}.jsonl", res.records_by_role.get(k, []))
+            write_json(folder / "backtrace.json", res.stats)
+            st = res.stats
+            info = {
+                "mode": st["mode"],
+                "trajectories": st["trajectories"],
+                "correct": st["correct"],
+                "backtraced": st["backtraced"],
+                "skipped": st["skipped"],
+                "fa_ratio": st["fa_ratio"],
+                "fa_by_role": {r: v["fa_ratio"] for r, v in st["roles"].items()},
+                "tokens_all": st["tokens_all"],
+                "tokens_filtered": st["tokens_filtered"],
+                "records": st["records"],
+            }
+        return self.procs.broadcast(info)
+
+    def _train(self, folder: Path, adapter: str, records: list[dict[str, Any]], base: Path, tc, seed: int,
+               subdir: str = "adapters") -> dict[str, Any]:
+        # An empty output (a completion that found nothing, kept whole in mode "star") teaches
+        # nothing the end-of-sequence token does not: such records are not trained on, only counted.
+        rows = [{"prompt": r["prompt"], "completion": r["completion"]} for r in records
+                if isinstance(r.get("completion"), str) and r["completion"].strip()]
+        empty = len(records) - len(rows)
+        if not rows:
+            log.warning("%s: no records for the %s adapter; the role runs on M0", folder.name, adapter)
+            return {"records": 0, "empty_completions": empty}
+        from knowtrace_train.train import train_role
+
+        res = train_role(base, rows, folder / subdir / adapter, dataclasses.replace(tc, seed=seed), role=adapter)
+        return {
+            "records": res.records,
+            "empty_completions": empty,
+            "skipped_records": res.skipped_records,
+            "loss": res.train_loss,
+            "losses": list(res.losses),
+            "steps": res.steps,
+            "tokens": res.tokens,
+            "tokens_per_second": res.tokens_per_second,
+            "train_seconds": res.seconds,
+            "seed": seed,
+        }
+
+    # -- summary ----------------------------------------------------------------------------------
+    def _write_summary(self, metrics: list[dict[str, Any]]) -> dict[str, Any]:
+        from knowtrace_train.report import summarize_run
+
+        summary = summarize_run(self.config, self.run_dir, metrics)
+        if self.procs.is_main:
+            write_json(self.run_dir / "summary.json", summary)
+        return summary
+
+
+# -- helpers ----------------------------------------------------------------------------------------
+
+
+def _read_records(path: Path) -> list[dict[str, Any]]:
+    return [obj for _, obj in iter_jsonl(path)] if path.is_file() else []
+
+
+def _inside(p: str | Path, folder: Path) -> bool:
+    try:
+        Path(p).resolve().relative_to(folder.resolve())
+        return True
+    except ValueError:
+        return False
+
+
+def _flatten(d: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(d, dict):
+        out: dict[str, Any] = {}
+        for k, v in d.items():
+            out.update(_flatten(v, f"{prefix}.{k}" if prefix else str(k)))
+        return out
+    return {prefix: d}
+
+
+def check_same_config(config: SelfTrainConfig, saved: Path) -> None:
+    """A run folder is resumed only with the config it was started with (a few keys may change:
+    RESUMABLE_CHANGES, e.g. more iterations); otherwise raise naming the keys that differ."""
+    old = _flatten(read_yaml(saved))
+    new = _flatten(config_to_dict(config))
+    differ = sorted(k for k in set(old) | set(new)
+                    if old.get(k) != new.get(k) and not any(k == r or k.startswith(r + ".") for r in RESUMABLE_CHANGES))
+    if differ:
+        shown = ", ".join(f"{k} ({old.get(k)!r} -> {new.get(k)!r})" for k in differ[:6])
+        raise ConfigError(f"{saved}: this run folder was started with another config: {shown}; "
+                          "rerun with the same config or choose another --output_dir")

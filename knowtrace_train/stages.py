@@ -1,0 +1,120 @@
+"""Resumable stages of a run folder: DONE markers, the folder layout, and the processes that share it.
+
+A stage is done when its marker `DONE.<stage>` exists in its folder; the marker is written (atomically)
+after every file of the stage, so a kill at any moment leaves either a finished stage or one that is
+redone from scratch (rollouts keep their finished chunks, see `rollout.py`). Under `torchrun` or
+`accelerate launch` every process walks the same stages; only the main process writes files, and all
+of them meet at a barrier after each stage so that they agree on what is done.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from knowtrace_train.io import write_json
+
+log = logging.getLogger(__name__)
+
+DONE_PREFIX = "DONE."
+
+
+# -- processes ------------------------------------------------------------------------------------
+
+
+@dataclass
+class Processes:
+    """This process's place among the launched ones (one process when not launched)."""
+
+    rank: int = 0
+    world: int = 1
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @classmethod
+    def detect(cls) -> "Processes":
+        """From the launcher's environment. With more than one process the default process group is
+        started here (gloo on CPUs, nccl on GPUs), as accelerate and the Trainer expect."""
+        world = int(os.environ.get("WORLD_SIZE", "1"))
+        if world <= 1:
+            return cls()
+        from accelerate import PartialState
+
+        state = PartialState()
+        return cls(rank=state.process_index, world=state.num_processes)
+
+    def barrier(self) -> None:
+        if self.world > 1:
+            import torch.distributed as dist
+
+            dist.barrier()
+
+    def gather(self, obj: Any) -> list[Any]:
+        """Every process's `obj`, in rank order (on every process)."""
+        if self.world == 1:
+            return [obj]
+        import torch.distributed as dist
+
+        out: list[Any] = [None] * self.world
+        dist.all_gather_object(out, obj)
+        return out
+
+    def broadcast(self, obj: Any) -> Any:
+        """The main process's `obj` on every process."""
+        if self.world == 1:
+            return obj
+        import torch.distributed as dist
+
+        box = [obj]
+        dist.broadcast_object_list(box, src=0)
+        return box[0]
+
+
+# -- stages ---------------------------------------------------------------------------------------
+
+
+def marker(folder: Path, stage: str) -> Path:
+    return folder / f"{DONE_PREFIX}{stage}"
+
+
+def is_done(folder: Path, stage: str) -> bool:
+    return marker(folder, stage).is_file()
+
+
+def read_done(folder: Path, stage: str) -> dict[str, Any]:
+    """What the stage recorded in its marker (its seconds and figures)."""
+    return json.loads(marker(folder, stage).read_text(encoding="utf-8"))
+
+
+def mark_done(folder: Path, stage: str, info: dict[str, Any]) -> None:
+    write_json(marker(folder, stage), info)
+
+
+@dataclass
+class StageRunner:
+    """Runs a stage unless its marker exists, times it, has the main process write the marker with
+    the figures the stage returned, and makes every process meet the others afterwards."""
+
+    procs: Processes = field(default_factory=Processes)
+
+    def run(self, folder: Path, name: str, body: Callable[[], dict[str, Any] | None]) -> dict[str, Any]:
+        """The stage's figures: those its marker recorded when it is done already, else `body()`'s
+        (plus its `seconds`)."""
+        if is_done(folder, name):
+            log.info("%s/%s: done already, skipped", folder.name, name)
+            return read_done(folder, name)
+        log.info("%s/%s: starting", folder.name, name)
+        t0 = time.perf_counter()
+        info = dict(body() or {})
+        info.setdefault("seconds", round(time.perf_counter() - t0, 3))
+        if self.procs.is_main:
+            mark_done(folder, name, info)
+        self.procs.barrier()
+        return info

@@ -1,0 +1,49 @@
+"""Compare self-training runs: a table of dev EM, F1 and FA ratio per iteration, and the paper's Figure 2.
+
+    python scripts/compare_runs.py runs/selftrain_default runs/selftrain_star --out runs/figure2.png
+
+Each RUN is a run folder of recipes/selftrain.py (its summary.json; a running run shows the
+iterations finished so far). The figure has (a) dev EM per iteration, from M0 (iteration 0), and
+(b) the FA ratio of each iteration's rollouts, one line per run: backtracing and non-backtracing
+runs side by side when both are given. The last line printed is one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+
+from knowtrace_train.report import comparison_table, load_run, plot_runs, series  # noqa: E402
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("runs", nargs="+", help="run folders (runs/<name>)")
+    parser.add_argument("--out", default="runs/compare_runs.png", help="figure file (.png, .svg, .pdf)")
+    parser.add_argument("--title", default="", help="figure title")
+    args = parser.parse_args(argv)
+    try:
+        summaries = [load_run(r) for r in args.runs]
+    except (FileNotFoundError, json.JSONDecodeError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(comparison_table(summaries))
+    try:
+        figure = str(plot_runs(summaries, args.out, args.title))
+    except ImportError:
+        print("matplotlib is not installed (pip install 'knowtrace-train[plot]'): no figure", file=sys.stderr)
+        figure = None
+    runs = []
+    for s in summaries:
+        ex, ey, fx, fy = series(s)
+        runs.append({"run_dir": s["run_dir"], "mode": s["mode"], "em": dict(zip(ex, ey)), "fa_ratio": dict(zip(fx, fy))})
+    print(json.dumps({"figure": figure, "runs": runs}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,145 @@
+"""Test helpers for the self-training loop: a tiny world config and an oracle generator.
+
+The oracle answers every prompt that a gold trajectory of the world shows (the exploration and
+completion prompts of its gold chain) with the gold output, and asks one extra, unavailing guidance
+pair in the first exploration (so backtracing has something to filter); every other prompt goes to
+the real generator (the tiny random model with the iteration's adapters), whose text is garbage.
+So questions of at most `max_rounds - 1` hops are answered right and the loop has records to train on.
+
+Run as a script, it runs a SelfTrain from a YAML config with the oracle (the kill/resume and the
+2-process tests start it as a subprocess):  python tests/selftrain_helpers.py CONFIG.yaml
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Sequence
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from knowtrace_train import outputs  # noqa: E402
+from knowtrace_train.generation.base import Completion, GenerationRequest  # noqa: E402
+from knowtrace_train.kg import GuidancePair  # noqa: E402
+
+EXTRA_GUIDANCE = "anything else worth knowing"
+
+
+def tiny_overrides(tmp: Path, model_dir: Path, **extra: object) -> list[str]:
+    """Command-line overrides of the default config for a run of seconds on the tiny model."""
+    values: dict[str, object] = {
+        "output_dir": str(tmp / "run"),
+        "iterations": 2,
+        "on_empty": "continue",
+        "chunk_size": 4,
+        "data.train_questions": 6,
+        "data.dev_questions": 4,
+        "bootstrap.questions": 8,
+        "generator.model": str(model_dir),
+        "generator.batch_size": 8,
+        "retriever.cache_dir": "null",
+        "strategy.max_rounds": 3,
+        "strategy.passages": 2,
+        "strategy.max_pairs": 2,
+        "strategy.max_new_tokens.explore": 8,
+        "strategy.max_new_tokens.complete": 8,
+        "strategy.max_new_tokens.answer": 6,
+        "train.max_steps": 1,
+        "train.per_device_batch_size": 2,
+        "train.logging_steps": 1,
+        "bootstrap.train.max_steps": 1,
+        "bootstrap.train.per_device_batch_size": 2,
+        "bootstrap.train.gradient_accumulation_steps": 1,
+        "bootstrap.train.logging_steps": 1,
+    }
+    values.update(extra)
+    out: list[str] = []
+    for k, v in values.items():
+        out += [f"--{k}", str(v).lower() if isinstance(v, bool) else str(v)]
+    return out
+
+
+class OracleGenerator:
+    """Gold outputs for gold prompts (see the module docstring), the wrapped generator for the rest."""
+
+    def __init__(self, inner, answers: dict[str, str]) -> None:
+        self.inner = inner
+        self.answers = answers
+        self.hits = 0
+
+    def generate(self, requests: Sequence[GenerationRequest]) -> list[Completion]:
+        out: list[Completion | None] = [None] * len(requests)
+        rest = []
+        for i, r in enumerate(requests):
+            text = self.answers.get(r.prompt) if isinstance(r.prompt, str) else None
+            if text is None:
+                rest.append(i)
+            else:
+                self.hits += 1
+                out[i] = Completion(text=text, prompt_tokens=self.count_tokens(r.prompt),
+                                    output_tokens=self.count_tokens(text), finish_reason="stop")
+        if rest:
+            for i, c in zip(rest, self.inner.generate([requests[i] for i in rest])):
+                out[i] = c
+        return out  # type: ignore[return-value]
+
+    def count_tokens(self, text: str) -> int:
+        return self.inner.count_tokens(text)
+
+
+def oracle_answers(run) -> dict[str, str]:
+    """prompt -> gold output over the run's rollout and dev questions (with the run's retriever)."""
+    from knowtrace_train.gold_trajectories import gold_trajectories
+
+    cfg = run.config
+    items = run.questions.rollout + run.questions.dev
+    trajs, _ = gold_trajectories(items, run.retriever, k=cfg.strategy.passages, fewshot=cfg.fewshot_trained,
+                                 kg_format=cfg.strategy.kg_format, require_support=True)
+    answers: dict[str, str] = {}
+    for t in trajs:
+        for c in t.calls:
+            text = c.output
+            if c.index == 0 and c.pair is None and c.parsed and c.parsed.get("pairs"):
+                entity, guidance = c.parsed["pairs"][0]
+                text = outputs.exploration_guidance([GuidancePair(entity, guidance), GuidancePair(entity, EXTRA_GUIDANCE)])
+            answers.setdefault(c.prompt, text)
+    return answers
+
+
+def oracle_factory(run):
+    """A make_generator for SelfTrain: the configured backend wrapped in the oracle."""
+    from knowtrace_train.generation import build_generator
+
+    cache: dict[str, dict[str, str]] = {}
+
+    def make(gen_cfg):
+        if "answers" not in cache:
+            cache["answers"] = oracle_answers(run)
+        return OracleGenerator(build_generator(gen_cfg), cache["answers"])
+
+    return make
+
+
+def main(argv: list[str]) -> int:
+    import json
+    import logging
+
+    from knowtrace_train.config import load_config
+    from knowtrace_train.report import headline
+    from knowtrace_train.selftrain import SelfTrain
+    from knowtrace_train.selftrain_config import SelfTrainConfig
+
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    config = load_config(SelfTrainConfig, argv[0], argv[1:])
+    run = SelfTrain(config, progress=False)
+    run.make_generator = oracle_factory(run)
+    summary = run.run()
+    if run.procs.is_main:
+        print(json.dumps(headline(summary)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

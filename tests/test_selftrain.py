@@ -1,0 +1,297 @@
+"""The self-training loop (Algorithm 2 with a bootstrap) on the tiny model: stages, files, resume, reports."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from knowtrace_train.config import ConfigError, load_config
+from knowtrace_train.report import headline, load_run, table_header, table_row
+from knowtrace_train.selftrain import SelfTrain, check_same_config
+from knowtrace_train.selftrain_config import SelfTrainConfig
+
+from selftrain_helpers import oracle_factory, tiny_overrides
+
+REPO = Path(__file__).resolve().parents[1]
+CONFIGS = REPO / "recipes" / "configs"
+
+
+def _load_recipe():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("selftrain_recipe", REPO / "recipes" / "selftrain.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+# -- configs ------------------------------------------------------------------------------------------
+
+
+def test_default_config_file_is_the_embedded_default():
+    assert load_config(SelfTrainConfig, CONFIGS / "selftrain_default.yaml") == SelfTrainConfig()
+    cfg = SelfTrainConfig()
+    cfg.validate()
+    assert cfg.iterations >= 2 and cfg.bootstrap.mode == "always" and cfg.retriever.backend == "bm25"
+    assert cfg.generator.model == "smollm2-135m" and cfg.mode == "backtrace"
+
+
+def test_overriding_one_nested_key_keeps_the_other_defaults():
+    cfg = load_config(SelfTrainConfig, None, ["--strategy.max_rounds", "3", "--train.epochs", "1"])
+    default = SelfTrainConfig()
+    assert cfg.strategy.max_rounds == 3 and cfg.strategy.passages == default.strategy.passages
+    assert cfg.strategy.max_new_tokens == default.strategy.max_new_tokens
+    assert cfg.train.epochs == 1.0 and cfg.train.learning_rate == default.train.learning_rate
+
+
+def test_star_and_paper_configs_load():
+    star = load_config(SelfTrainConfig, CONFIGS / "selftrain_star.yaml")
+    star.validate()
+    assert star.mode == "star" and star.name == "selftrain_star"
+    assert {k: v for k, v in vars(star).items() if k not in ("mode", "name")} == {
+        k: v for k, v in vars(SelfTrainConfig()).items() if k not in ("mode", "name")}
+    paper = load_config(SelfTrainConfig, CONFIGS / "selftrain_paper_gpu.yaml")
+    assert paper.generator.backend == "vllm" and "Llama-3" in paper.generator.model
+    assert paper.data.train_questions == 5000 and paper.strategy.passages == 5 and paper.retriever.backend == "bm25"
+    assert paper.bootstrap.mode == "auto" and paper.fewshot_trained
+    assert sorted(paper.grid) == ["train.epochs", "train.gradient_accumulation_steps", "train.learning_rate"]
+    assert paper.grid["train.learning_rate"] == [1e-5, 5e-5, 1e-4, 3e-4]
+
+
+def test_config_typo_and_wrong_type_name_the_key_and_the_file(tmp_path, capsys):
+    recipe = _load_recipe()
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("iterations: 2\nstrategy:\n  max_round: 3\n")
+    assert recipe.main(["--config", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert str(bad) in err and "strategy.max_round" in err and "did you mean 'strategy.max_rounds'" in err
+    bad.write_text("iterations: two\n")
+    assert recipe.main(["--config", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert str(bad) in err and "iterations" in err and "integer" in err
+    bad.write_text("data:\n  train: nowhere/train.jsonl\n")
+    assert recipe.main(["--config", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert str(bad) in err and "data.train" in err and "nowhere/train.jsonl" in err
+    assert recipe.main(["--mode", "stra"]) == 2
+    assert "mode must be one of" in capsys.readouterr().err
+
+
+def test_grid_points_expand_into_runs():
+    recipe = _load_recipe()
+    cfg = load_config(SelfTrainConfig, CONFIGS / "selftrain_paper_gpu.yaml")
+    points = recipe.grid_points(cfg.grid)
+    assert len(points) == 3 * 3 * 4
+    assert points[0] == {"train.epochs": 1, "train.gradient_accumulation_steps": 4, "train.learning_rate": 1e-5}
+    assert recipe.point_name(points[0]) == "epochs1_gradient_accumulation_steps4_learning_rate1e-05"
+
+
+# -- the loop -----------------------------------------------------------------------------------------
+
+
+def _run(tmp_path, tiny_model_dir, *extra, oracle=True, **values):
+    cfg = load_config(SelfTrainConfig, None, tiny_overrides(tmp_path, tiny_model_dir, **values) + list(extra))
+    rows = []
+    run = SelfTrain(cfg, progress=False, on_metrics=lambda m: rows.append(table_row(m)))
+    if oracle:
+        run.make_generator = oracle_factory(run)
+    return run, run.run(), rows
+
+
+def test_loop_two_iterations_on_the_tiny_model(tmp_path, tiny_model_dir):
+    run, summary, rows = _run(tmp_path, tiny_model_dir)
+    d = run.run_dir
+    # the raw base, the bootstrap (M0), two iterations: one table row each
+    assert len(rows) == 4 and rows[0].split()[0] == "base" and rows[1].split()[0] == "0"
+    assert [r.split()[0] for r in rows[2:]] == ["1", "2"] and len(table_header().split("  ")) >= 9
+    for f in ["config.yaml", "questions.json", "m0.json", "summary.json", "base/eval.jsonl", "iter_0/model/config.json",
+              "iter_0/sft_explore.jsonl", "iter_0/sft_complete.jsonl", "iter_0/eval.jsonl", "iter_0/metrics.json"]:
+        assert (d / f).is_file(), f
+    m0 = json.loads((d / "m0.json").read_text())
+    assert m0["bootstrapped"] and m0["path"] == "iter_0/model"
+    assert (d / "iter_0/bootstrap_adapters/bootstrap/adapter_config.json").is_file() and not (d / "iter_0/adapters").exists()
+    for z in (1, 2):
+        it = d / f"iter_{z}"
+        for f in ["rollouts.jsonl", "backtrace.json", "sft_explore.jsonl", "sft_complete.jsonl", "sft_answer.jsonl",
+                  "eval.jsonl", "metrics.json", "adapters/explore/adapter_config.json",
+                  "adapters/complete/adapter_config.json"]:
+            assert (it / f).is_file(), f"iter_{z}/{f}"
+        for stage in ["rollout", "backtrace", "train_explore", "train_complete", "eval"]:
+            assert (it / f"DONE.{stage}").is_file()
+        assert not (it / "rollouts.jsonl.parts").exists()
+        m = json.loads((it / "metrics.json").read_text())
+        assert m["status"] == "trained" and m["rollout"]["questions"] == 6
+        # the oracle answers the short questions, and asks one unavailing pair that backtracing filters
+        assert m["rollout"]["correct"] >= 1 and 0 < m["backtrace"]["fa_ratio"] < 1
+        assert m["sft_records"]["explore"] > 0 and m["sft_records"]["complete"] > 0
+        assert m["train"]["explore"]["records"] == m["sft_records"]["explore"]
+        assert m["adapters"] == {"explore": f"iter_{z}/adapters/explore", "complete": f"iter_{z}/adapters/complete"}
+        rollouts = [json.loads(line) for line in (it / "rollouts.jsonl").read_text().splitlines()]
+        assert [t["question_id"] for t in rollouts] == json.loads((d / "questions.json").read_text())["rollout"]
+        assert all(t["iteration"] == z for t in rollouts)
+        # iteration 2 rolls out with iteration 1's adapters: M0 for exploration and completion alike
+        if z == 2:
+            info = json.loads((d / "iter_1/adapters/explore/knowtrace_training.json").read_text())
+            assert Path(info["base_model"]) == (d / "iter_0/model").resolve()
+    explore_records = [json.loads(line) for line in (d / "iter_1/sft_explore.jsonl").read_text().splitlines()]
+    assert all("Retrieval Guidance" in r["completion"] or "Answer:" in r["completion"] for r in explore_records)
+    assert not any("anything else worth knowing" in r["completion"] for r in explore_records)  # filtered out
+    assert [x["iteration"] for x in summary["iterations"]] == [1, 2]
+    assert summary["base"] is not None and summary["bootstrap"]["em"] is not None
+    assert set(summary["seconds"]) >= {"rollout", "train", "eval", "bootstrap", "total"}
+    line = headline(summary)
+    assert len(line["em"]) == 2 and len(line["fa_ratio"]) == 2 and line["run_dir"] == str(d)
+    assert load_run(d) == json.loads((d / "summary.json").read_text())
+
+    # a rerun of a finished run loads no model and changes nothing
+    before = {p: p.read_bytes() for p in d.rglob("*") if p.is_file()}
+    cfg = run.config
+    again = SelfTrain(cfg, progress=False)
+    again.make_generator = lambda c: pytest.fail("a finished run must not build a generator")
+    assert again.run() == summary
+    assert {p: p.read_bytes() for p in d.rglob("*") if p.is_file()} == before
+
+    # the figure and the comparison table of scripts/compare_runs.py
+    out = tmp_path / "fig.png"
+    r = subprocess.run([sys.executable, str(REPO / "scripts" / "compare_runs.py"), str(d), "--out", str(out)],
+                       capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert out.stat().st_size > 1000 and "iter" in r.stdout
+    assert json.loads(r.stdout.strip().splitlines()[-1])["figure"] == str(out)
+
+
+def test_changed_config_is_refused_in_an_existing_run_folder(tmp_path):
+    cfg = SelfTrainConfig(output_dir=str(tmp_path))
+    from knowtrace_train.config import dump_config
+
+    (tmp_path / "config.yaml").write_text(dump_config(cfg))
+    check_same_config(load_config(SelfTrainConfig, None, ["--output_dir", str(tmp_path), "--iterations", "5"]),
+                      tmp_path / "config.yaml")  # more iterations: fine
+    with pytest.raises(ConfigError, match=r"strategy\.max_rounds \(3 -> 2\)"):
+        check_same_config(load_config(SelfTrainConfig, None, ["--output_dir", str(tmp_path), "--strategy.max_rounds", "2"]),
+                          tmp_path / "config.yaml")
+
+
+def test_an_iteration_with_nothing_to_train_on_stops_the_run(tmp_path, tiny_model_dir, caplog):
+    """The tiny random model alone answers nothing: iteration 1 is reported empty and the run stops."""
+    import logging
+
+    caplog.set_level(logging.INFO)
+    # bootstrap "auto" probes the raw base on the first train questions; with min_em 0 it never bootstraps
+    run, summary, rows = _run(tmp_path, tiny_model_dir, oracle=False, **{
+        "bootstrap.mode": "auto", "bootstrap.min_em": 0.0, "bootstrap.probe_questions": 2, "eval_base": False,
+        "on_empty": "stop", "iterations": 3, "data.train_questions": 4})
+    probe = json.loads((run.run_dir / "base" / "DONE.probe").read_text())
+    assert probe["questions"] == 2 and probe["em"] == 0.0 and (run.run_dir / "base" / "probe.jsonl").is_file()
+    assert "no bootstrap" in caplog.text and not (run.run_dir / "iter_0").exists()
+    assert [x["iteration"] for x in summary["iterations"]] == [1]
+    assert summary["iterations"][0]["status"] == "empty" and summary["iterations"][0]["em"] is None
+    assert "nothing to train on" in caplog.text and "the run stops here" in caplog.text
+    assert rows[-1].split()[0] == "1" and "empty" in rows[-1]
+    assert not (run.run_dir / "iter_2").exists() and not (run.run_dir / "iter_1" / "adapters").exists()
+    m0 = json.loads((run.run_dir / "m0.json").read_text())
+    assert not m0["bootstrapped"] and m0["path"] == str(tiny_model_dir)
+
+
+# -- kill and resume; two processes -------------------------------------------------------------------
+
+
+def _strip(obj):
+    """Outputs without the figures that measure time."""
+    if isinstance(obj, dict):
+        return {k: sorted(v) if k == "target_modules" and isinstance(v, list) else _strip(v)  # PEFT writes a set
+                for k, v in obj.items()
+                if k not in ("seconds", "wall_time", "sec_per_question", "train_seconds", "tokens_per_second",
+                             "run_dir")}
+    if isinstance(obj, list):
+        return [_strip(v) for v in obj]
+    return obj
+
+
+def _outputs(run_dir: Path) -> dict[str, object]:
+    out: dict[str, object] = {}
+    for p in sorted(run_dir.rglob("*")):
+        if not p.is_file() or p.name.startswith("DONE.") or p.name == "knowtrace_training.json":
+            continue
+        rel = str(p.relative_to(run_dir))
+        text = p.read_text() if p.suffix in (".json", ".jsonl", ".yaml") else ""
+        text = text.replace(str(run_dir.resolve()), "RUN").replace(str(run_dir), "RUN")
+        if p.suffix == ".jsonl":
+            out[rel] = [_strip(json.loads(line)) for line in text.splitlines()]
+        elif p.suffix == ".json":
+            out[rel] = _strip(json.loads(text))
+        elif p.suffix == ".safetensors":
+            from safetensors.torch import load_file
+
+            out[rel] = {k: v.tolist() for k, v in load_file(p).items()}
+        elif p.name == "config.yaml":
+            out[rel] = text
+    return out
+
+
+def _config_file(tmp_path: Path, name: str, tiny_model_dir: Path, **values) -> Path:
+    cfg = load_config(SelfTrainConfig, None, tiny_overrides(tmp_path, tiny_model_dir, **values))
+    from knowtrace_train.config import dump_config
+
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(dump_config(cfg))
+    return path
+
+
+def test_killed_run_resumes_to_the_same_results(tmp_path, tiny_model_dir):
+    import os
+    import signal
+    import time
+
+    script = [sys.executable, str(REPO / "tests" / "selftrain_helpers.py")]
+    values = {"iterations": 1, "eval_base": False}
+    whole = _config_file(tmp_path, "whole", tiny_model_dir, output_dir=str(tmp_path / "whole"), **values)
+    r = subprocess.run([*script, str(whole)], capture_output=True, text=True, cwd=REPO, timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+
+    cut = _config_file(tmp_path, "cut", tiny_model_dir, output_dir=str(tmp_path / "cut"), **values)
+    proc = subprocess.Popen([*script, str(cut)], cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    first_chunk = tmp_path / "cut" / "iter_1" / "rollouts.jsonl.parts" / "00000.jsonl"
+    deadline = time.time() + 900
+    while not first_chunk.exists() and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.05)
+    assert proc.poll() is None, "the run ended before it could be killed: " + proc.stderr.read()[-2000:]
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert not (tmp_path / "cut" / "iter_1" / "DONE.eval").exists()
+    assert (tmp_path / "cut" / "iter_0" / "DONE.merge").exists()  # the bootstrap is kept
+
+    r = subprocess.run([*script, str(cut)], capture_output=True, text=True, cwd=REPO, timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "iter_0/eval: done already" in r.stderr and "iter_0/train_bootstrap: done already" in r.stderr
+    a, b = _outputs(tmp_path / "whole"), _outputs(tmp_path / "cut")
+    assert sorted(a) == sorted(b)
+    assert [k for k in a if a[k] != b[k]] == []
+
+
+def test_two_processes_with_torchrun(tmp_path, tiny_model_dir):
+    """torchrun --nproc_per_node 2: rollouts split and gathered, gloo data-parallel training, one writer."""
+    cfg = _config_file(tmp_path, "ddp", tiny_model_dir, output_dir=str(tmp_path / "ddp"), iterations=1,
+                       eval_base=False, mode="star", **{"bootstrap.mode": "never", "data.train_questions": 5,
+                       # the raw base runs the zero-shot prompts the oracle knows
+                       "strategy.fewshot.explore": False, "strategy.fewshot.complete": False})
+    r = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29531",
+         str(REPO / "tests" / "selftrain_helpers.py"), str(cfg)],
+        capture_output=True, text=True, cwd=REPO, timeout=900,
+    )
+    assert r.returncode == 0, r.stderr[-4000:]
+    last = json.loads(r.stdout.strip().splitlines()[-1])
+    assert len(last["em"]) == 1 and last["mode"] == "star"
+    d = tmp_path / "ddp"
+    rollouts = [json.loads(line) for line in (d / "iter_1" / "rollouts.jsonl").read_text().splitlines()]
+    assert [t["question_id"] for t in rollouts] == json.loads((d / "questions.json").read_text())["rollout"]
+    m = json.loads((d / "iter_1" / "metrics.json").read_text())
+    assert m["rollout"]["correct"] >= 1 and m["status"] == "trained"
+    assert "2 processes" in r.stderr  # the trainer ran data-parallel
+    assert not list(d.rglob(".*.tmp*")) and not list(d.rglob("*.parts"))

@@ -1,0 +1,86 @@
+"""Chunked, resumable rollouts (knowtrace_train.rollout) on scripted outputs: no model needed."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from knowtrace_train.data.schema import QAItem
+from knowtrace_train.rollout import parts_dir, run_rollouts
+from knowtrace_train.stages import StageRunner, is_done, read_done
+from knowtrace_train.strategies.knowtrace import KnowTraceConfig
+
+from test_knowtrace import QUESTIONS, WORLD, ScriptedGenerator, WordRetriever, chain_model
+
+
+def items() -> list[QAItem]:
+    out = [QAItem(id=f"q{i}", question=q, answers=[a]) for i, (q, (_, a)) in enumerate(QUESTIONS.items())]
+    out.append(QAItem(id="q9", question="Where was the author of Alpha born?", answers=["Nowhere"]))
+    return out
+
+
+def test_rollouts_are_scored_in_order_and_written_once(tmp_path):
+    gen = ScriptedGenerator(chain_model)
+    out = tmp_path / "rollouts.jsonl"
+    trajs = run_rollouts(items(), out, KnowTraceConfig(), lambda: gen, WordRetriever(WORLD), chunk_size=2,
+                         iteration=3, progress=False)
+    assert [t.question_id for t in trajs] == ["q0", "q1", "q2", "q9"]
+    assert [t.em for t in trajs] == [1.0, 1.0, 1.0, 0.0] and all(t.iteration == 3 for t in trajs)
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["question_id"] for r in rows] == ["q0", "q1", "q2", "q9"]
+    assert not parts_dir(out).exists()
+    # a finished file is read back, nothing runs again
+    again = run_rollouts(items(), out, KnowTraceConfig(), lambda: pytest.fail("no generator needed"),
+                         WordRetriever(WORLD), chunk_size=2, progress=False)
+    assert [t.to_dict() for t in again] == [t.to_dict() for t in trajs]
+
+
+def test_a_killed_rollout_keeps_its_finished_chunks(tmp_path):
+    out = tmp_path / "rollouts.jsonl"
+    calls = []
+
+    def dying(parts, req):
+        calls.append(parts["kind"])
+        if "Delta" in str(parts.get("question", "")) + str(parts.get("pair", "")):
+            raise KeyboardInterrupt  # the kill, in the second chunk
+        return chain_model(parts, req)
+
+    with pytest.raises(KeyboardInterrupt):
+        run_rollouts(items(), out, KnowTraceConfig(), lambda: ScriptedGenerator(dying), WordRetriever(WORLD),
+                     chunk_size=1, progress=False)
+    assert not out.exists() and sorted(p.name for p in parts_dir(out).iterdir()) == ["00000.jsonl"]
+    asked = []
+
+    def recording(parts, req):
+        asked.append(parts.get("question"))
+        return chain_model(parts, req)
+
+    trajs = run_rollouts(items(), out, KnowTraceConfig(), lambda: ScriptedGenerator(recording), WordRetriever(WORLD),
+                         chunk_size=1, progress=False)
+    assert [t.question_id for t in trajs] == ["q0", "q1", "q2", "q9"] and [t.em for t in trajs] == [1, 1, 1, 0]
+    # q0's chunk was not run again: the resumed run asked only about the other questions
+    questions = set(asked) - {None}
+    assert "Where was the author of Delta born?" in questions and len(asked) > 0
+    assert sum(q == "Where was the author of Alpha born?" for q in asked) == 3  # q9 only (3 explorations)
+
+
+def test_files_of_other_questions_are_refused(tmp_path):
+    out = tmp_path / "rollouts.jsonl"
+    run_rollouts(items()[:2], out, KnowTraceConfig(), lambda: ScriptedGenerator(chain_model), WordRetriever(WORLD),
+                 chunk_size=2, progress=False)
+    with pytest.raises(ValueError, match="other questions"):
+        run_rollouts(items(), out, KnowTraceConfig(), lambda: ScriptedGenerator(chain_model), WordRetriever(WORLD),
+                     progress=False)
+
+
+def test_stage_runner_marks_and_skips(tmp_path):
+    runner = StageRunner()
+    ran = []
+    info = runner.run(tmp_path, "train_explore", lambda: ran.append(1) or {"loss": 0.5})
+    assert ran == [1] and is_done(tmp_path, "train_explore") and info["loss"] == 0.5 and "seconds" in info
+    again = runner.run(tmp_path, "train_explore", lambda: pytest.fail("a done stage is not redone"))
+    assert again == read_done(tmp_path, "train_explore") == info
+    with pytest.raises(RuntimeError):
+        runner.run(tmp_path, "eval", lambda: (_ for _ in ()).throw(RuntimeError("killed")))
+    assert not is_done(tmp_path, "eval")
