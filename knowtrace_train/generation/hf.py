@@ -1,10 +1,11 @@
 """The transformers backend: batched decoding across questions, one LoRA adapter per role, shared prefixes.
 
 Requests are grouped by adapter (the role's LoRA, or the plain model with every adapter disabled),
-then by a shared prompt prefix (the instruction and few-shot exemplars), then by suffix length into
-batches. A shared prefix is computed once per adapter and kept (see `prefix.py`); each batch
-prefills only its suffixes, left-padded, and decodes greedily (or samples, per request seed) with
-its own stop strings and token limits. Finished sequences leave the batch at once.
+then by a shared prompt prefix (the instruction and few-shot exemplars). A shared prefix is computed
+once per adapter and kept across calls (see `prefix.py`). Each group then decodes with continuous
+batching: up to `batch_size` sequences step in lockstep; prompts are prefilled (only their own
+suffixes, in chunks padded to their own longest) into a finished sequence's slot at once. Decoding
+is greedy, or sampled with the request's seed, with each request's stop strings and token limit.
 """
 
 from __future__ import annotations
@@ -394,7 +395,9 @@ class TransformersGenerator:
         text_ids = gen
         if tok in self.eos_ids:
             reason, text_ids = "eos", gen[:-1]
-        text = self.tokenizer.decode(text_ids, skip_special_tokens=True) if (req.stop or reason or len(gen) >= req.max_new_tokens) else ""
+        if not (req.stop or reason or len(gen) >= req.max_new_tokens):
+            return None  # nothing can have ended it: skip decoding the text
+        text = self.tokenizer.decode(text_ids, skip_special_tokens=True)
         if req.stop:
             text, hit = cut_at_stop(text, req.stop)
             if hit:
