@@ -335,10 +335,16 @@ def _split_triplet(body: str) -> list[str] | None:
             # "(Letters from Solene; was founded in 1969)": relation and object run together;
             # they part after the relation's first preposition.
             subject, rest = body.split(sep)
-            m = _RELATION_END.search(rest.strip())
+            rest = rest.strip()
+            m = _RELATION_END.search(rest) or _COPULA.match(rest)
             if m:
-                return [subject, rest.strip()[: m.end()], rest.strip()[m.end() :]]
+                return [subject, rest[: m.end()], rest[m.end() :]]
     return None
+
+
+#: A relation that is only a leading "is"/"was"/"has" ("(S/S; was a South Korean boy group)").
+#: The object must read as a noun phrase: an article, a capital or a digit first.
+_COPULA = re.compile(r"^(?i:is|was|are|were|has|had|have)\b(?=\s+(?:(?i:a|an|the)\s|[A-Z0-9]))")
 
 
 #: The first preposition that ends a relation inside "relation object" ("was born in Castelbrun");

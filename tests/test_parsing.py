@@ -122,6 +122,7 @@ T = Triplet
         # relation and object run together in a two-field triplet: split after the first preposition
         ("(Letters from Solene; was founded in 1969)\n(Odile Farrant | was born in the city of Castelbrun)",
          [T("Letters from Solene", "was founded in", "1969"), T("Odile Farrant", "was born in", "the city of Castelbrun")]),
+        ("(S/S; was a South Korean boy group)", [T("S/S", "was", "a South Korean boy group")]),
         # stops at an echoed next prompt section
         ("(A; r; B)\nDocuments:\n(C; s; D)", [T("A", "r", "B")]),
         # Windows line ends, indentation, blank lines
