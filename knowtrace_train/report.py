@@ -184,7 +184,7 @@ def plot_runs(summaries: Sequence[dict[str, Any]], out: str | Path, title: str =
     for ax in (ax_em, ax_fa):
         ax.xaxis.get_major_locator().set_params(integer=True)
         ax.grid(alpha=0.3)
-    ax_em.legend(fontsize=7)
+    ax_em.legend(fontsize=7, loc="best")
     if title:
         fig.suptitle(title)
     fig.tight_layout()
