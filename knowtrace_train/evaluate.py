@@ -70,10 +70,23 @@ class EvalConfig:
     output: str | None = None
     #: questions handed to the engine at once (0: all); smaller chunks lose less on a kill
     chunk_size: int = 0
+    #: torch CPU threads (None: torch's default, one per core). On a machine shared with other
+    #: jobs, 1 avoids oversubscription, which can slow CPU decoding down tenfold.
+    threads: int | None = None
 
     def __post_init__(self) -> None:
         if self.chunk_size < 0:
             raise ValueError(f"chunk_size must be >= 0, got {self.chunk_size}")
+        if self.threads is not None and self.threads < 1:
+            raise ValueError(f"threads must be >= 1, got {self.threads}")
+
+
+def set_threads(threads: int | None) -> None:
+    """Apply EvalConfig.threads to torch (no-op for None)."""
+    if threads is not None:
+        import torch
+
+        torch.set_num_threads(threads)
 
 
 #: Short command-line keys: `--limit 16` is `--dataset.limit 16`.
@@ -208,6 +221,7 @@ def evaluate(
         if generator is None:
             from knowtrace_train.generation import build_generator
 
+            set_threads(config.threads)
             generator = build_generator(config.generator)
         engine = KnowTrace(config.strategy)
         bar = _progress(len(todo), progress)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from knowtrace_train.kg import GuidancePair, Triplet, normalize_entity
 
@@ -161,17 +161,39 @@ def _parse_pair_line(line: str, require_bullet: bool) -> GuidancePair | str | No
     return GuidancePair(entity, guidance)
 
 
-def parse_exploration(text: str) -> ExplorationResult:
-    """Read a knowledge exploration output. Never raises."""
+def _lines(text: str, cut: bool, unfinished: Callable[[str], bool]) -> list[str]:
+    """The output's lines; with `cut` (the model hit its token limit) the last line is dropped
+    when `unfinished(line)` says so and it is not the only line with content."""
+    lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    if cut:
+        while lines and not lines[-1].strip():
+            lines.pop()
+        if len([x for x in lines if x.strip()]) > 1 and unfinished(lines[-1]):
+            lines.pop()
+    return lines
+
+
+def _unfinished_guidance(line: str) -> bool:
+    """A guidance line broken off (the answer and thought lines are kept: better cut than none)."""
+    return bool(_BULLET_ONLY_DASH.match(line) or re.match(r"^\s*\(?\d{1,3}[.)]", line))
+
+
+def _unfinished_triplet(line: str) -> bool:
+    return not line.rstrip().rstrip(";.,").endswith(")")
+
+
+def parse_exploration(text: str, cut: bool = False) -> ExplorationResult:
+    """Read a knowledge exploration output. `cut`: the output was cut at the token limit, so
+    an unfinished last line (a guidance line broken mid-word) is not read. Never raises."""
     try:
-        return _parse_exploration(text if isinstance(text, str) else "")
+        return _parse_exploration(text if isinstance(text, str) else "", cut)
     except Exception as e:  # noqa: BLE001 - the contract is: model text never crashes a run
         return ExplorationResult(error=f"parser failure: {e!r}")
 
 
-def _parse_exploration(text: str) -> ExplorationResult:
+def _parse_exploration(text: str, cut: bool = False) -> ExplorationResult:
     res = ExplorationResult()
-    lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    lines = _lines(text, cut, _unfinished_guidance)
 
     thought_lines: list[str] | None = None
     in_guidance = False
@@ -308,7 +330,29 @@ def _split_triplet(body: str) -> list[str] | None:
         if body.count(sep) >= 2:
             parts = body.split(sep)
             return [parts[0], parts[1], sep.join(parts[2:])]
+    for sep in (";", "|"):
+        if body.count(sep) == 1:
+            # "(Letters from Solene; was founded in 1969)": relation and object run together;
+            # they part after the relation's first preposition.
+            subject, rest = body.split(sep)
+            rest = rest.strip()
+            m = _RELATION_END.search(rest) or _COPULA.match(rest)
+            if m:
+                return [subject, rest[: m.end()], rest[m.end() :]]
     return None
+
+
+#: A relation that is only a leading "is"/"was"/"has" ("(S/S; was a South Korean boy group)").
+#: The object must read as a noun phrase: an article, a capital or a digit first.
+_COPULA = re.compile(r"^(?i:is|was|are|were|has|had|have)\b(?=\s+(?:(?i:a|an|the)\s|[A-Z0-9]))")
+
+
+#: The first preposition that ends a relation inside "relation object" ("was born in Castelbrun");
+#: it is never the first word, and an object must follow it.
+_RELATION_END = re.compile(
+    r"(?<=\S)\s+(?:in|by|at|of|on|to|from|as|for|with|into|during|since|after|before|under)\b(?=\s+\S)",
+    re.IGNORECASE,
+)
 
 
 def _triplet_from(body: str) -> Triplet | str:
@@ -323,18 +367,20 @@ def _triplet_from(body: str) -> Triplet | str:
     return Triplet(s, r, o)
 
 
-def parse_completion(text: str) -> CompletionResult:
-    """Read a knowledge completion output: every `(subject; relation; object)` in it. Never raises."""
+def parse_completion(text: str, cut: bool = False) -> CompletionResult:
+    """Read a knowledge completion output: every `(subject; relation; object)` in it. `cut`: the
+    output was cut at the token limit, so an unfinished last line ("(A; born in; 19") is not
+    read. Never raises."""
     try:
-        return _parse_completion(text if isinstance(text, str) else "")
+        return _parse_completion(text if isinstance(text, str) else "", cut)
     except Exception as e:  # noqa: BLE001 - model text never crashes a run
         return CompletionResult(error=f"parser failure: {e!r}")
 
 
-def _parse_completion(text: str) -> CompletionResult:
+def _parse_completion(text: str, cut: bool = False) -> CompletionResult:
     res = CompletionResult()
     seen: set[tuple[str, str, str]] = set()
-    for raw in text.replace("\r\n", "\n").replace("\r", "\n").split("\n"):
+    for raw in _lines(text, cut, _unfinished_triplet):
         line = raw.strip()
         if not line:
             continue

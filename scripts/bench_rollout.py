@@ -23,7 +23,7 @@ from typing import Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from knowtrace_train.evaluate import load_corpus, load_eval_config, load_eval_items  # noqa: E402
+from knowtrace_train.evaluate import load_corpus, load_eval_config, load_eval_items, set_threads  # noqa: E402
 from knowtrace_train.generation import GenerationRequest, build_generator  # noqa: E402
 from knowtrace_train.metrics import normalize_answer  # noqa: E402
 from knowtrace_train.retrieval import build_retriever  # noqa: E402
@@ -64,6 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     config = load_eval_config(args.config, overrides + ["--dataset.limit", str(args.questions)])
     config.generator.progress = False
 
+    set_threads(config.threads)
     items, everything = load_eval_items(config)
     retriever = build_retriever(config.retriever, load_corpus(config, everything))
     engine_gen = build_generator(config.generator)
@@ -72,8 +73,10 @@ def main(argv: list[str] | None = None) -> int:
     engine_gen.generate(warm)
     reference_gen.generate(warm)
 
+    import torch
+
     print(f"{len(items)} questions from {config.dataset.path}, model {config.generator.model}, "
-          f"L={config.strategy.max_rounds}, N={config.strategy.passages}")
+          f"L={config.strategy.max_rounds}, N={config.strategy.passages}, torch threads {torch.get_num_threads()}")
     t0 = time.perf_counter()
     batched = KnowTrace(config.strategy).run(items, engine_gen, retriever)
     engine_s = time.perf_counter() - t0

@@ -74,6 +74,10 @@ class OracleGenerator:
         rest = []
         for i, r in enumerate(requests):
             text = self.answers.get(r.prompt) if isinstance(r.prompt, str) else None
+            if text is None and isinstance(r.prompt, str) and r.prompt.endswith(outputs.JUDGEMENT):
+                # the engine sends the judgement words as the start of the output (prefill_judgement)
+                gold = self.answers.get(r.prompt.removesuffix(outputs.JUDGEMENT))
+                text = None if gold is None else gold.removeprefix(outputs.JUDGEMENT)
             if text is None:
                 rest.append(i)
             else:

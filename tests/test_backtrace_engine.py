@@ -62,10 +62,15 @@ class Scripted:
                 text = COMPLETE.get(entity, "")
             else:
                 kg = p.rsplit(prompts.KG_HEADER + "\n", 1)[1].strip()
+                # the engine sends the judgement words as the start of the output (prefill_judgement)
+                prefilled = kg.endswith(outputs.JUDGEMENT)
+                kg = kg.removesuffix(outputs.JUDGEMENT).strip()
                 n = 0 if kg == "None" else len(kg.splitlines())
                 text = dict(EXPLORE)[n]
                 if self.never_answer and n == 4:
                     text = f"{outputs.JUDGEMENT} No\nRetrieval Guidance:\n- University of Glasgow: find its city"
+                if prefilled:
+                    text = text.removeprefix(outputs.JUDGEMENT)
             out.append(Completion(text, len(p.split()), len(text.split()), "stop"))
         return out
 

@@ -108,3 +108,30 @@ def test_an_empty_corpus_file_is_an_error(tmp_path):
     path.write_text("\n\n")
     with pytest.raises(CorpusError, match=r"empty\.jsonl: the corpus is empty"):
         read_corpus(path)
+
+
+def test_cli_builds_a_corpus_from_item_files(tmp_path, capsys):
+    from pathlib import Path
+
+    from knowtrace_train.data.corpus import main
+    from knowtrace_train.data.loaders import load_items
+
+    fixture = Path(__file__).parent / "fixtures" / "musique_dev_mini.jsonl"
+    out = tmp_path / "corpus.jsonl"
+    assert main(["build", str(fixture), "--out", str(out)]) == 0
+    corpus = read_corpus(out)
+    assert corpus == build_corpus(load_items(fixture))
+    assert f"wrote {len(corpus)} passages" in capsys.readouterr().out
+    assert main(["build", str(tmp_path / "missing.json"), "--out", str(out)]) == 1
+
+
+def test_the_corpus_of_real_items_holds_every_gold_passage(shared_data):
+    from knowtrace_train.data.loaders import load_items
+
+    items = load_items(shared_data / "musique" / "dev.jsonl") + load_items(shared_data / "hotpotqa" / "dev.json")
+    corpus = build_corpus(items)
+    ids = {p.id for p in corpus}
+    assert len(ids) == len(corpus) == len({(p.title, p.text) for p in corpus})
+    assert len(corpus) < sum(len(it.context) for it in items)  # some paragraphs recur across items
+    for it in items:
+        assert set(it.evidence.paragraph_ids) <= ids, it.id

@@ -96,7 +96,12 @@ def test_batch_size_and_prefix_sharing_do_not_change_outputs(tiny_model_dir, gen
     base = gen.generate(requests())
     one = make(tiny_model_dir, batch_size=1, share_prefix=False).generate(requests())
     unshared = make(tiny_model_dir, batch_size=5, share_prefix=False).generate(requests())
-    assert [c.text for c in one] == [c.text for c in base] == [c.text for c in unshared]
+    # prefill in chunks of a few rows, each padded to its own longest suffix
+    chunked = make(tiny_model_dir, batch_size=5, prefill_chunk_tokens=24).generate(requests())
+    chunked_unshared = make(tiny_model_dir, batch_size=5, share_prefix=False, prefill_chunk_tokens=40).generate(requests())
+    texts = [c.text for c in base]
+    assert [c.text for c in one] == texts == [c.text for c in unshared]
+    assert [c.text for c in chunked] == texts == [c.text for c in chunked_unshared]
 
 
 def test_shared_prefix_is_computed_once_and_reused_across_calls(tiny_model_dir):
@@ -292,3 +297,35 @@ def test_build_generator_picks_the_backend(tiny_model_dir):
     g = build_generator(GeneratorConfig(model=str(tiny_model_dir), progress=False))
     assert isinstance(g, TransformersGenerator)
     assert g.model.config._attn_implementation == "knowtrace_shared_prefix"
+
+
+# -- the real model -------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_smollm2_batched_with_shared_prefix_equals_model_generate(smollm2_dir):
+    """Two few-shot prompts sharing their exemplars: the batched backend (prefix computed once)
+    gives model.generate's greedy text, and stops at the stop string."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    shots = (
+        "Extract the knowledge triplet.\n"
+        "Text: Oskar Venn founded Brindle Mills in 1901.\nTriplet: (Brindle Mills; founded by; Oskar Venn)\n\n"
+        "Text: Teslin lies on the Ardel River.\nTriplet: (Teslin; located on; Ardel River)\n\n"
+    )
+    texts = [f"{shots}Text: Dara Quill is the mayor of Port Elsin.\n", f"{shots}Text: The Quiet Atlas was published by Fenwick Press.\n"]
+    stop = ("\n\n",)
+    gen = TransformersGenerator(GeneratorConfig(model=str(smollm2_dir), progress=False))
+    out = gen.generate([GenerationRequest(prompt=t, role="explore", max_new_tokens=16, stop=stop) for t in texts])
+    assert gen.stats["prompt_tokens_shared"] > 0
+    tok = AutoTokenizer.from_pretrained(str(smollm2_dir))
+    model = AutoModelForCausalLM.from_pretrained(str(smollm2_dir)).eval()
+    for t, c in zip(texts, out):
+        rendered = tok.apply_chat_template([{"role": "user", "content": t}], add_generation_prompt=True, tokenize=False)
+        enc = tok(rendered, add_special_tokens=False, return_tensors="pt")
+        with torch.inference_mode():
+            ref = model.generate(**enc, max_new_tokens=16, do_sample=False, pad_token_id=tok.pad_token_id)
+        ref_text = tok.decode(ref[0, enc.input_ids.shape[1]:], skip_special_tokens=True)
+        expected = ref_text.split(stop[0])[0]
+        assert c.text == expected
+        assert c.prompt_tokens == enc.input_ids.shape[1]

@@ -119,6 +119,10 @@ T = Triplet
         ("(A; r; B)\n(A; r; B)\n(a; R; the B)\n(C; s; D)", [T("A", "r", "B"), T("C", "s", "D")]),
         # more than three fields: the rest belongs to the object
         ("(A; r; B; extra)", [T("A", "r", "B; extra")]),
+        # relation and object run together in a two-field triplet: split after the first preposition
+        ("(Letters from Solene; was founded in 1969)\n(Odile Farrant | was born in the city of Castelbrun)",
+         [T("Letters from Solene", "was founded in", "1969"), T("Odile Farrant", "was born in", "the city of Castelbrun")]),
+        ("(S/S; was a South Korean boy group)", [T("S/S", "was", "a South Korean boy group")]),
         # stops at an echoed next prompt section
         ("(A; r; B)\nDocuments:\n(C; s; D)", [T("A", "r", "B")]),
         # Windows line ends, indentation, blank lines
@@ -144,6 +148,8 @@ def test_completion_messy(text, expected):
         "(A; r; No information)",
         "(subject entity; relation; object entity)",
         "(A; r)",
+        "(A; was founded in)",
+        "(A; the university where he studied)",
         "(A)",
         "The documents do not say.",
     ],
@@ -243,3 +249,15 @@ def test_exploration_unusable_outputs_are_recorded(text, error):
 def test_kg_text():
     assert parse_kg_text(" A was born in B.\nB is a town.\n\nKnowledge triplets:\n(x; y; z)") == "A was born in B. B is a town."
     assert parse_kg_text("") == ""
+
+
+def test_an_output_cut_at_the_token_limit_loses_its_unfinished_last_line():
+    text = "(A; r; B)\n(C; s; D)\n(E; born in; 19"
+    assert parse_completion(text).triplets[-1] == T("E", "born in", "19")  # a missing ")" is tolerated...
+    assert parse_completion(text, cut=True).triplets == [T("A", "r", "B"), T("C", "s", "D")]  # ...unless cut
+    assert parse_completion("(A; r; B)\n(C; s; D)", cut=True).triplets == [T("A", "r", "B"), T("C", "s", "D")]
+    assert parse_completion("(A; r; B", cut=True).triplets == [T("A", "r", "B")]  # the only line is kept
+    g = f"{J} No\nRetrieval Guidance:\n- A: find x\n- B: the founder of Haeline Na"
+    assert parse_exploration(g, cut=True).pairs == [P("A", "find x")]
+    assert len(parse_exploration(g).pairs) == 2
+    assert parse_exploration(f"{J} Yes\nThought: t\nAnswer: Corla", cut=True).answer == "Corla"

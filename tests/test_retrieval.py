@@ -272,3 +272,25 @@ def test_no_es_url_is_a_clear_error(monkeypatch):
 def test_pair_to_query_joins_entity_and_guidance():
     assert pair_to_query(" Ada Lovelace ", "who taught her? ") == "Ada Lovelace: who taught her?"
     assert pair_to_query("Ada Lovelace", "") == "Ada Lovelace"
+
+
+# -- properties -----------------------------------------------------------------------------
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_PROPERTY_RETRIEVER = BM25Retriever(CORPUS, cache_dir=None)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.text(min_size=1, max_size=40).filter(str.strip), min_size=1, max_size=8), st.integers(1, 7))
+def test_any_non_empty_query_text_gives_at_most_k_matching_passages_best_first(queries, k):
+    results = _PROPERTY_RETRIEVER.search(queries, k)
+    assert len(results) == len(queries)
+    for q, hits in zip(queries, results):
+        assert len(hits) <= k
+        assert all(h.score > 0 for h in hits)
+        assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
+        terms = set(_PROPERTY_RETRIEVER.analyze([q])[0])
+        for h in hits:  # a hit shares at least one analysed term with its query
+            assert terms & set(_PROPERTY_RETRIEVER.analyze([passage_text(h.passage)])[0])

@@ -20,6 +20,7 @@ from collections import Counter
 from typing import Callable, Iterable, Sequence
 
 from ..io import DataFileError
+from .corpus import add_build_corpus_command
 from .loaders import FORMATS, load_items_report
 from .schema import QAItem, SchemaError
 
@@ -67,7 +68,7 @@ def add_stats_command(subparsers) -> None:
 
 
 #: one registration function per command, in the order `--help` lists them.
-COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [add_stats_command]
+COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [add_stats_command, add_build_corpus_command]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -104,29 +104,39 @@ def split_contents(contents: str) -> tuple[str, str]:
     return title, text
 
 
-def _main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m knowtrace_train.data.corpus", description=__doc__.split("\n")[0])
-    sub = ap.add_subparsers(dest="cmd", required=True)
-    b = sub.add_parser("build", help="build a corpus from the context passages of item files")
-    b.add_argument("items", nargs="+", help="item files (HotpotQA, 2Wiki, MuSiQue, MINTQA or our JSONL)")
-    b.add_argument("--out", required=True, help="corpus file to write (JSONL: id, title, text)")
-    b.add_argument("--format", default=None, help="item file format (default: detected from the file)")
-    args = ap.parse_args(argv)
-
+def _build(args: argparse.Namespace) -> int:
     from knowtrace_train.data.loaders import load_items
 
     items: list[QAItem] = []
     for path in args.items:
-        items.extend(load_items(path, format=args.format))
-    try:
-        corpus = build_corpus(items)
-    except CorpusError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
+        loaded = load_items(path, format=args.format)
+        print(f"{path}: {len(loaded)} items")
+        items.extend(loaded)
+    corpus = build_corpus(items)
     write_corpus(corpus, args.out)
     print(f"wrote {len(corpus)} passages from {len(items)} items to {args.out}")
     return 0
 
 
+def add_build_corpus_command(subparsers, name: str = "build-corpus") -> None:
+    """Register the corpus-building command (``build`` here, ``build-corpus`` in the data CLI)."""
+    p = subparsers.add_parser(name, help="build a retrieval corpus from the context passages of item files")
+    p.add_argument("items", nargs="+", metavar="ITEMS", help="item files (HotpotQA, 2Wiki, MuSiQue, generic JSONL, ...)")
+    p.add_argument("--out", required=True, help="corpus file to write (JSON Lines: id, title, text)")
+    p.add_argument("--format", default=None, help="item file format (default: told from the content)")
+    p.set_defaults(func=_build)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m knowtrace_train.data.corpus", description=__doc__.split("\n")[0])
+    add_build_corpus_command(ap.add_subparsers(dest="command", required=True, metavar="COMMAND"), name="build")
+    args = ap.parse_args(argv)
+    try:
+        return args.func(args)
+    except (DataFileError, OSError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+
+
 if __name__ == "__main__":
-    sys.exit(_main())
+    sys.exit(main())

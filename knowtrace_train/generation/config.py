@@ -31,7 +31,7 @@ class GeneratorConfig:
         default="chat",
         metadata={"help": "'chat': a text prompt becomes one user message under the chat template; 'plain': verbatim"},
     )
-    batch_size: int = field(default=16, metadata={"help": "requests decoded together"})
+    batch_size: int = field(default=32, metadata={"help": "requests decoded together"})
     max_context: int | None = field(
         default=None, metadata={"help": "prompt + new tokens limit; None: the model's max_position_embeddings"}
     )
@@ -45,6 +45,9 @@ class GeneratorConfig:
     share_prefix: bool = field(
         default=True,
         metadata={"help": "compute a prompt prefix shared by several requests (few-shot exemplars) once"},
+    )
+    prefill_chunk_tokens: int = field(
+        default=512, metadata={"help": "padded prompt tokens per prefill forward (bounds padding and memory)"}
     )
     min_shared_prefix: int = field(default=32, metadata={"help": "shortest shared prefix (tokens) worth caching"})
     prefix_cache_size: int = field(default=4, metadata={"help": "computed prefixes kept across calls (LRU)"})
@@ -71,7 +74,7 @@ class GeneratorConfig:
         if BASE_ROLE in self.adapters:
             raise GenerationError(f"GeneratorConfig.adapters: role {BASE_ROLE!r} always runs on the plain model")
         self.base_roles = tuple(self.base_roles)
-        for name in ("batch_size", "min_shared_prefix"):
+        for name in ("batch_size", "min_shared_prefix", "prefill_chunk_tokens"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 raise GenerationError(f"GeneratorConfig.{name} must be a positive integer, got {getattr(self, name)!r}")
         if self.max_context is not None and (not isinstance(self.max_context, int) or self.max_context < 2):

@@ -1,17 +1,19 @@
 """The transformers backend: batched decoding across questions, one LoRA adapter per role, shared prefixes.
 
 Requests are grouped by adapter (the role's LoRA, or the plain model with every adapter disabled),
-then by a shared prompt prefix (the instruction and few-shot exemplars), then by suffix length into
-batches. A shared prefix is computed once per adapter and kept (see `prefix.py`); each batch
-prefills only its suffixes, left-padded, and decodes greedily (or samples, per request seed) with
-its own stop strings and token limits. Finished sequences leave the batch at once.
+then by a shared prompt prefix (the instruction and few-shot exemplars). A shared prefix is computed
+once per adapter and kept across calls (see `prefix.py`). Each group then decodes with continuous
+batching: up to `batch_size` sequences step in lockstep; prompts are prefilled (only their own
+suffixes, in chunks padded to their own longest) into a finished sequence's slot at once. Decoding
+is greedy, or sampled with the request's seed, with each request's stop strings and token limit.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-from collections import defaultdict
+from collections import defaultdict, deque
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Sequence
 
@@ -30,7 +32,33 @@ from knowtrace_train.generation.prefix import (
 )
 from knowtrace_train.generation.prepare import PreparedRequest, PromptPreparer, RoleAdapters, cut_at_stop
 
+__all__ = ["TransformersGenerator", "load_with_adapters", "check_adapter_dir"]
+
 log = logging.getLogger(__name__)
+
+
+@dataclass
+class _Slot:
+    """One decoding sequence: its request, sampler and the tokens generated so far."""
+
+    request: PreparedRequest
+    sampler: torch.Generator | None
+    generated: list[int] = field(default_factory=list)
+
+
+@dataclass
+class _Batch:
+    """The rows decoding in lockstep: a slot per row (None when free) and per-row tensors."""
+
+    slots: list[_Slot | None]
+    valid: torch.Tensor  # [rows, capacity] which buffer columns each row may attend to
+    positions: torch.Tensor  # [rows] position of the token each row feeds next
+    tokens: torch.Tensor  # [rows] the token each row feeds next
+
+    def keep(self, rows: list[int]) -> None:
+        index = torch.tensor(rows, device=self.valid.device)
+        self.slots = [self.slots[i] for i in rows]
+        self.valid, self.positions, self.tokens = self.valid[index], self.positions[index], self.tokens[index]
 
 
 def pick_device(device: str) -> torch.device:
@@ -153,19 +181,19 @@ class TransformersGenerator:
         with torch.inference_mode(), tqdm(total=len(prepared), desc="generate", disable=not show) as bar:
             for adapter, items in by_adapter.items():
                 with self._adapter(adapter):
-                    for batch, prefix in self._plan(adapter, items):
-                        for p, c in zip(batch, self._run_batch(batch, prefix)):
+                    for group, prefix in self._plan(adapter, items):
+                        for p, c in self._run_group(group, prefix):
                             results[p.index] = c
-                        bar.update(len(batch))
+                            bar.update(1)
         return [r for r in results if r is not None]
 
     # -- planning ----------------------------------------------------------------------------------
 
     def _plan(self, adapter: str | None, items: list[PreparedRequest]):
-        """Yield (batch, shared prefix or None): groups by shared prefix, batches by suffix length."""
+        """Yield (group, shared prefix or None): the requests that decode under one prefix."""
         cfg = self.config
         if not cfg.share_prefix:
-            yield from self._batches(list(items), None)
+            yield list(items), None
             return
         groups = plan_prefix_groups([p.input_ids for p in items], cfg.min_shared_prefix)
         loose: dict[tuple[int, ...] | None, list[PreparedRequest]] = defaultdict(list)
@@ -173,7 +201,7 @@ class TransformersGenerator:
         for shared, members in groups:
             group = [items[i] for i in members]
             if shared:
-                yield from self._batches(group, self._prefix_for(adapter, group[0].input_ids, shared))
+                yield group, self._prefix_for(adapter, group[0].input_ids, shared)
                 continue
             # prompts sharing no long prefix with this call's others: batch them together, each
             # under the longest prefix stored by earlier calls (the exemplars repeat across calls)
@@ -183,13 +211,7 @@ class TransformersGenerator:
                 stored[key] = found if key else None
                 loose[key].append(r)
         for key, group in loose.items():
-            yield from self._batches(group, stored[key])
-
-    def _batches(self, group: list[PreparedRequest], prefix: PrefixKV | None):
-        p = prefix.length if prefix else 0
-        group.sort(key=lambda r: len(r.input_ids) - p)
-        for start in range(0, len(group), self.config.batch_size):
-            yield group[start : start + self.config.batch_size], prefix
+            yield group, stored[key]
 
     def _prefix_for(self, adapter: str | None, ids: Sequence[int], shared: int) -> PrefixKV:
         """The prefix ids[:shared], from the store or computed (extending the longest stored part)."""
@@ -222,58 +244,126 @@ class TransformersGenerator:
             [torch.cat([a, b], dim=1) for a, b in zip(base.values, tail.values)],
         )
 
-    # -- one batch ---------------------------------------------------------------------------------
+    # -- decoding ----------------------------------------------------------------------------------
 
-    def _run_batch(self, batch: list[PreparedRequest], prefix: PrefixKV | None) -> list[Completion]:
+    def _run_group(self, group: list[PreparedRequest], prefix: PrefixKV | None):
+        """Yield (request, completion) as sequences finish. Rounds of continuous batching: up to
+        `batch_size` sequences decode in lockstep, and a finished sequence's slot is refilled at once
+        by the next waiting prompt (prefilled under the shared prefix), so the batch stays full until
+        the queue runs dry; then finished rows simply leave."""
+        p = prefix.length if prefix else 0
+        # longest suffix first: every later prompt fits left of the column where decoding stands
+        pending = deque(sorted(group, key=lambda r: len(r.input_ids) - p, reverse=True))
+        while pending:
+            yield from self._round(pending, prefix)
+
+    def _round(self, pending: deque, prefix: PrefixKV | None):
         dev = self.device
         p = prefix.length if prefix else 0
-        suffixes = [r.input_ids[p:] for r in batch]
-        lengths = torch.tensor([len(s) for s in suffixes], device=dev)
-        b, width = len(batch), int(lengths.max())
-        budget = max(r.request.max_new_tokens for r in batch)
-        ids = torch.full((b, width), self.pad_id, dtype=torch.long, device=dev)
-        valid = torch.zeros((b, width + budget), dtype=torch.bool, device=dev)
-        for row, s in enumerate(suffixes):
-            ids[row, width - len(s) :] = torch.tensor(s, device=dev)
-            valid[row, width - len(s) : width] = True
-        pads = width - lengths
-        positions = p + (torch.arange(width, device=dev)[None] - pads[:, None]).clamp(min=0)
-        causal = torch.ones(width, width, dtype=torch.bool, device=dev).tril()
-        eye = torch.eye(width, dtype=torch.bool, device=dev)
-        # a pad position sees only itself (never an empty softmax row); real tokens never see pads
-        mask = (causal[None] & (valid[:, None, :width] | eye[None]))[:, None]
-        cache = KVBuffers(width + budget)
-        logits = self._forward(ids, mask, positions, cache, prefix)
-        self.stats["prompt_tokens_prefilled"] += int(lengths.sum())
-        self.stats["prompt_tokens_shared"] += p * b
-
-        rows = list(range(b))  # batch row -> index into `batch`
-        next_pos = p + lengths
-        generated: list[list[int]] = [[] for _ in batch]
-        done: list[Completion | None] = [None] * b
-        samplers = self._samplers(batch)
-        for step in range(budget):
-            tokens = self._choose(logits, [batch[i] for i in rows], [samplers[i] for i in rows])
-            keep = []
-            for row, (i, tok) in enumerate(zip(rows, tokens.tolist())):
-                generated[i].append(tok)
-                done[i] = self._finished(batch[i], generated[i], tok)
-                if done[i] is None:
-                    keep.append(row)
-            if not keep:
-                break
-            if len(keep) < len(rows):
-                sel = torch.tensor(keep, device=dev)
-                cache.select(sel)
-                valid, next_pos, tokens = valid[sel], next_pos[sel], tokens[sel]
-                rows = [rows[k] for k in keep]
-            valid[:, width + step] = True
+        width = len(pending[0].input_ids) - p
+        reach = max(r.request.max_new_tokens for r in pending)
+        n = min(self.config.batch_size, len(pending))
+        # room for a second generation of refills; a prompt that no longer fits waits for the next round
+        capacity = width + (reach if len(pending) <= n else 2 * reach)
+        cache = KVBuffers(capacity, batch=n, filled=width)
+        batch = _Batch(
+            slots=[None] * n,
+            valid=torch.zeros((n, capacity), dtype=torch.bool, device=dev),
+            positions=torch.zeros(n, dtype=torch.long, device=dev),
+            tokens=torch.full((n,), self.pad_id, dtype=torch.long, device=dev),
+        )
+        column = width  # where the next fed token's keys/values go, for every row
+        while True:
+            yield from self._admit(batch, pending, cache, column, capacity, prefix)
+            live = [i for i, s in enumerate(batch.slots) if s is not None]
+            if not live:
+                return
+            if len(live) < len(batch.slots):  # nothing left to refill with: drop the empty rows
+                batch.keep(live)
+                cache.select(torch.tensor(live, device=dev))
+            batch.valid[:, column] = True
             logits = self._forward(
-                tokens[:, None], valid[:, None, None, : width + step + 1], next_pos[:, None], cache, prefix
+                batch.tokens[:, None], batch.valid[:, None, None, : column + 1], batch.positions[:, None], cache, prefix
             )
-            next_pos = next_pos + 1
-        self.stats["output_tokens"] += sum(len(g) for g in generated)
-        return [c for c in done if c is not None]
+            batch.positions += 1
+            column += 1
+            yield from self._step(batch, logits)
+
+    def _admit(self, batch: "_Batch", pending: deque, cache: KVBuffers, column: int, capacity: int, prefix):
+        """Prefill waiting prompts into free slots and choose their first tokens."""
+        p = prefix.length if prefix else 0
+        while True:
+            free = [i for i, s in enumerate(batch.slots) if s is None]
+            admitted: list[tuple[int, PreparedRequest]] = []
+            while free and pending and column + pending[0].request.max_new_tokens <= capacity:
+                admitted.append((free.pop(0), pending.popleft()))
+            if not admitted:
+                return
+            rows = [i for i, _ in admitted]
+            reqs = [r for _, r in admitted]
+            suffixes = [r.input_ids[p:] for r in reqs]
+            lengths = [len(s) for s in suffixes]
+            index = torch.tensor(rows, device=self.device)
+            batch.valid[index] = False
+            for i, n in zip(rows, lengths):
+                batch.valid[i, column - n : column] = True
+            batch.positions[index] = torch.tensor([p + n for n in lengths], device=self.device)
+            logits = torch.cat(
+                [self._prefill(suffixes[lo:hi], rows[lo:hi], column, cache, prefix) for lo, hi in self._chunks(lengths)]
+            )
+            self.stats["prompt_tokens_prefilled"] += sum(lengths)
+            self.stats["prompt_tokens_shared"] += p * len(reqs)
+            for i, r in zip(rows, reqs):
+                batch.slots[i] = _Slot(r, self._sampler(r))
+            yield from self._step(batch, logits, rows)
+
+    def _step(self, batch: "_Batch", logits: torch.Tensor, rows: list[int] | None = None):
+        """Choose the next token of `rows` (default: every row) from their logits; finish sequences."""
+        rows = list(range(len(batch.slots))) if rows is None else rows
+        slots = [batch.slots[i] for i in rows]
+        tokens = self._choose(logits, slots)
+        batch.tokens[torch.tensor(rows, device=self.device)] = tokens
+        for i, slot, tok in zip(rows, slots, tokens.tolist()):
+            slot.generated.append(tok)
+            done = self._finished(slot.request, slot.generated, tok)
+            if done is not None:
+                self.stats["output_tokens"] += len(slot.generated)
+                batch.slots[i] = None
+                yield slot.request, done
+
+    def _chunks(self, lengths: list[int]) -> list[tuple[int, int]]:
+        """Consecutive row ranges whose padded suffixes fit `prefill_chunk_tokens` (rows come sorted
+        by length, so each chunk pads only to its own longest suffix)."""
+        out, lo, longest = [], 0, 0
+        for i, n in enumerate(lengths):
+            longest = max(longest, n)
+            if i > lo and (i - lo + 1) * longest > self.config.prefill_chunk_tokens:
+                out.append((lo, i))
+                lo, longest = i, n
+        out.append((lo, len(lengths)))
+        return out
+
+    def _prefill(self, suffixes, rows: list[int], column: int, cache: KVBuffers, prefix) -> torch.Tensor:
+        """Prefill `suffixes` (left-padded to their own longest) into cache rows `rows`, ending at
+        `column`; the logits of each one's last token."""
+        dev = self.device
+        p = prefix.length if prefix else 0
+        w = max(len(s) for s in suffixes)
+        ids = torch.full((len(suffixes), w), self.pad_id, dtype=torch.long, device=dev)
+        for row, s in enumerate(suffixes):
+            ids[row, w - len(s) :] = torch.tensor(s, device=dev)
+        pads = torch.tensor([w - len(s) for s in suffixes], device=dev)
+        cols = torch.arange(w, device=dev)
+        real = cols[None] >= pads[:, None]
+        positions = p + (cols[None] - pads[:, None]).clamp(min=0)
+        causal = torch.ones(w, w, dtype=torch.bool, device=dev).tril()
+        eye = torch.eye(w, dtype=torch.bool, device=dev)
+        # a pad position sees only itself (never an empty softmax row); real tokens never see pads
+        mask = (causal[None] & (real[:, None, :] | eye[None]))[:, None]
+        part = KVBuffers(w)
+        logits = self._forward(ids, mask, positions, part, prefix)
+        cache.place(part, rows=torch.tensor(rows, device=dev), columns=slice(column - w, column))
+        return logits
 
     def _forward(self, ids, mask, positions, cache, prefix) -> torch.Tensor:
         out = self.model(
@@ -282,24 +372,20 @@ class TransformersGenerator:
         )
         return out.logits[:, -1].float()
 
-    def _samplers(self, batch: list[PreparedRequest]) -> list[torch.Generator | None]:
-        out = []
-        for r in batch:
-            if r.request.temperature > 0:
-                g = torch.Generator(device=self.device)
-                g.manual_seed(r.request.seed)
-                out.append(g)
-            else:
-                out.append(None)
-        return out
+    def _sampler(self, r: PreparedRequest) -> torch.Generator | None:
+        if r.request.temperature <= 0:
+            return None
+        g = torch.Generator(device=self.device)
+        g.manual_seed(r.request.seed)
+        return g
 
     @staticmethod
-    def _choose(logits: torch.Tensor, reqs: list[PreparedRequest], samplers: list) -> torch.Tensor:
+    def _choose(logits: torch.Tensor, slots: list["_Slot"]) -> torch.Tensor:
         tokens = logits.argmax(dim=-1)
-        for row, (r, g) in enumerate(zip(reqs, samplers)):
-            if g is not None:
-                probs = torch.softmax(logits[row] / r.request.temperature, dim=-1)
-                tokens[row] = torch.multinomial(probs, 1, generator=g)[0]
+        for row, slot in enumerate(slots):
+            if slot.sampler is not None:
+                probs = torch.softmax(logits[row] / slot.request.request.temperature, dim=-1)
+                tokens[row] = torch.multinomial(probs, 1, generator=slot.sampler)[0]
         return tokens
 
     def _finished(self, r: PreparedRequest, gen: list[int], tok: int) -> Completion | None:
@@ -309,7 +395,9 @@ class TransformersGenerator:
         text_ids = gen
         if tok in self.eos_ids:
             reason, text_ids = "eos", gen[:-1]
-        text = self.tokenizer.decode(text_ids, skip_special_tokens=True) if (req.stop or reason or len(gen) >= req.max_new_tokens) else ""
+        if not (req.stop or reason or len(gen) >= req.max_new_tokens):
+            return None  # nothing can have ended it: skip decoding the text
+        text = self.tokenizer.decode(text_ids, skip_special_tokens=True)
         if req.stop:
             text, hit = cut_at_stop(text, req.stop)
             if hit:

@@ -39,19 +39,26 @@ class KVBuffers:
     `update` writes the new states in place and returns views of everything written so far, so a
     decoding step never copies the cache (DynamicCache concatenates on every step)."""
 
-    def __init__(self, capacity: int):
+    def __init__(self, capacity: int, batch: int | None = None, filled: int = 0):
+        """`capacity` positions per row; `batch` and `filled` for a cache assembled with `place`."""
         self.capacity = capacity
+        self.batch = batch
+        self.filled = filled
         self.keys: list[torch.Tensor] = []
         self.values: list[torch.Tensor] = []
         self.lengths: list[int] = []
 
+    def _allocate(self, like: torch.Tensor, batch: int) -> None:
+        # zeros, not empty: columns left unwritten (padding) must hold finite values, since a masked
+        # position's probability 0 times a NaN value would still poison the output
+        shape = (batch, like.shape[1], self.capacity, like.shape[3])
+        self.keys.append(like.new_zeros(shape))
+        self.values.append(like.new_zeros(shape))
+        self.lengths.append(self.filled)
+
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args, **kwargs):
         if layer_idx == len(self.keys):
-            b, h, _, d = key_states.shape
-            shape = (b, h, self.capacity, d)
-            self.keys.append(key_states.new_empty(shape))
-            self.values.append(value_states.new_empty(shape))
-            self.lengths.append(0)
+            self._allocate(key_states, key_states.shape[0])
         start = self.lengths[layer_idx]
         end = start + key_states.shape[2]
         if end > self.capacity:
@@ -60,6 +67,15 @@ class KVBuffers:
         self.values[layer_idx][:, :, start:end] = value_states
         self.lengths[layer_idx] = end
         return self.keys[layer_idx][:, :, :end], self.values[layer_idx][:, :, :end]
+
+    def place(self, part: "KVBuffers", rows: slice, columns: slice) -> None:
+        """Copy a prefilled part (a few rows) into rows/columns of this batch's buffers."""
+        n = columns.stop - columns.start
+        for layer, (k, v) in enumerate(zip(part.keys, part.values)):
+            if layer == len(self.keys):
+                self._allocate(k, self.batch)
+            self.keys[layer][rows, :, columns] = k[:, :, :n]
+            self.values[layer][rows, :, columns] = v[:, :, :n]
 
     def select(self, rows: torch.Tensor) -> None:
         """Keep only the batch rows `rows` (finished sequences leave the batch)."""

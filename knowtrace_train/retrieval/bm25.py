@@ -27,6 +27,16 @@ POSTINGS_PER_CHUNK = 8_000_000
 MAX_QUERIES_PER_CHUNK = 4096
 
 
+def _bm25s():
+    """The bm25s module. Importing it sets its logger to DEBUG, which sends a debug line per
+    index build to whatever handler an application configures: reset it to inherit the
+    application's level."""
+    import bm25s
+
+    logging.getLogger("bm25s").setLevel(logging.NOTSET)
+    return bm25s
+
+
 @dataclass(frozen=True)
 class BM25Settings:
     """What shapes a BM25 index; all of it is part of the cache key."""
@@ -62,8 +72,7 @@ def make_analyzer(settings: BM25Settings):
     """The bm25s tokenizer for these settings. The same object (or one restored from the same
     saved vocabulary) turns passages into terms at indexing and queries into terms at search,
     so lowercasing, splitting, stopwords and stemming can never differ between the two."""
-    from bm25s.tokenization import Tokenizer
-
+    Tokenizer = _bm25s().tokenization.Tokenizer
     stemmer = None
     if settings.stemmer is not None:
         import Stemmer
@@ -134,8 +143,6 @@ class BM25Retriever:
         (folder / "knowtrace_bm25.json").write_text(json.dumps(meta, indent=2) + "\n")
 
     def _load(self, folder: Path):
-        import bm25s
-
         meta = json.loads((folder / "knowtrace_bm25.json").read_text())
         if meta.get("num_docs") != len(self.passages):
             raise RetrievalError(
@@ -144,15 +151,16 @@ class BM25Retriever:
             )
         analyzer = make_analyzer(self.settings)
         analyzer.load_vocab(folder)
-        model = bm25s.BM25.load(folder, mmap=True, load_vocab=False, show_progress=False)
+        model = _bm25s().BM25.load(folder, mmap=True, load_vocab=False, show_progress=False)
+        # the analyzer's vocabulary is the index's (saved twice by bm25s): share it, read once
+        model.vocab_dict = analyzer.get_vocab_dict()
+        model.unique_token_ids_set = set(model.vocab_dict.values())
         log.info("loaded the BM25 index in %s (memory-mapped)", folder)
         return analyzer, model
 
     def _model(self):
-        import bm25s
-
         s = self.settings
-        return bm25s.BM25(k1=s.k1, b=s.b, method=s.method, backend="numpy")
+        return _bm25s().BM25(k1=s.k1, b=s.b, method=s.method, backend="numpy")
 
     def _set_matrix(self, model) -> None:
         """Term-by-passage matrix of BM25 term scores: bm25s stores it column-compressed by

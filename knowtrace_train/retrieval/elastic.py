@@ -70,7 +70,7 @@ class ElasticRetriever:
             exists = False
         if exists:
             meta = self._index_meta()
-            count = int(self.client.count(index=self.index)["count"])
+            count = int(_body(self.client.count(index=self.index))["count"])
             if meta.get("knowtrace_corpus") == self._fingerprint and count == len(self.passages):
                 log.info("reusing %s index %s (%d passages)", self.flavor, self.index, count)
                 return
@@ -100,8 +100,7 @@ class ElasticRetriever:
         self._bulk_index()
 
     def _index_meta(self) -> dict[str, Any]:
-        mapping = self.client.indices.get_mapping(index=self.index)
-        body = dict(mapping).get(self.index, {})
+        body = _body(self.client.indices.get_mapping(index=self.index)).get(self.index, {})
         return dict(body.get("mappings", {}).get("_meta", {}))
 
     def _actions(self) -> Iterator[dict[str, Any]]:
@@ -139,7 +138,7 @@ class ElasticRetriever:
                 lines.append({"index": self.index})
                 lines.append({"query": {"match": {"contents": {"query": q}}}, "size": size, "_source": ["pos"]})
             try:
-                responses = self.client.msearch(body=lines)["responses"]
+                responses = _body(self.client.msearch(body=lines))["responses"]
             except Exception as e:  # transport errors of either client
                 raise RetrievalError(f"{self.flavor} multi-search at {self.url} failed: {type(e).__name__}: {e}") from e
             for i, resp in enumerate(responses):
@@ -156,6 +155,11 @@ class ElasticRetriever:
     def delete_index(self) -> None:
         """Remove this retriever's index from the server."""
         self.client.indices.delete(index=self.index)
+
+
+def _body(response) -> dict[str, Any]:
+    """The JSON body of a response: elasticsearch-py wraps it (`.body`), opensearch-py does not."""
+    return getattr(response, "body", response)
 
 
 def _connect(flavor: str, url: str, timeout_s: float):
@@ -181,6 +185,6 @@ def _connect(flavor: str, url: str, timeout_s: float):
             f"cannot reach {flavor} at {url}: {type(e).__name__}: {e}. Is the server running? "
             f"(see the README's retrieval section; the URL comes from the config's `url` or {URL_ENV})"
         ) from e
-    version = dict(info).get("version", {})
+    version = _body(info).get("version", {})
     log.info("connected to %s %s at %s", version.get("distribution", flavor), version.get("number", "?"), url)
     return client

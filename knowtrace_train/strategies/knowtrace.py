@@ -27,6 +27,7 @@ from typing import Callable, Sequence
 from knowtrace_train.data.schema import Passage, QAItem
 from knowtrace_train.generation.base import Completion, GenerationError, GenerationRequest, Generator
 from knowtrace_train.kg import GuidancePair, TracedTriplet
+from knowtrace_train.outputs import JUDGEMENT
 from knowtrace_train.parsing import ExplorationResult, parse_completion, parse_exploration, parse_kg_text
 from knowtrace_train.prompts import (
     COMPLETE_STOP,
@@ -96,6 +97,12 @@ class KnowTraceConfig:
     fewshot: FewShotConfig = field(default_factory=FewShotConfig)
     max_new_tokens: MaxNewTokensConfig = field(default_factory=MaxNewTokensConfig)
     roles: RoleConfig = field(default_factory=RoleConfig)
+    #: send the judgement words ("Whether the given knowledge triplets are sufficient for
+    #: answering:") as the start of each exploration's answer, so the model only decides Yes/No
+    #: and goes on; a small model otherwise often keeps listing the graph's triplets. The words
+    #: are recorded as the start of ModelCall.output (prompt + output is the exact text), so
+    #: the recorded prompt is the rendered one and the output is the canonical text.
+    prefill_judgement: bool = True
     temperature: float = 0.0
     seed: int = 0
 
@@ -137,6 +144,8 @@ class _Job:
     prompt: str
     pair: GuidancePair | None = None
     passages: tuple[Passage, ...] = ()
+    #: text sent after the prompt as the start of the answer, recorded as part of the output
+    prefill: str = ""
 
 
 class KnowTrace:
@@ -192,7 +201,8 @@ class KnowTrace:
             batch_time += self._refresh_kg_text(active, rnd)
 
         # 1. Knowledge exploration, one batch.
-        jobs = [_Job(s, EXPLORE, rnd, self._exploration_prompt(s)) for s in active]
+        prefill = JUDGEMENT if cfg.prefill_judgement else ""
+        jobs = [_Job(s, EXPLORE, rnd, self._exploration_prompt(s), prefill=prefill) for s in active]
         calls, dt = self._generate(jobs)
         batch_time += dt
         to_complete: list[tuple[_State, GuidancePair, int]] = []
@@ -200,7 +210,7 @@ class KnowTrace:
         for job, call in zip(jobs, calls):
             s = job.state
             s.traj.rounds = rnd
-            res = parse_exploration(call.output) if call.error is None else None
+            res = parse_exploration(call.output, cut=call.finish_reason == "length") if call.error is None else None
             if res is not None:
                 call.parsed = res.to_dict()
                 call.error = res.error
@@ -243,7 +253,7 @@ class KnowTrace:
         for job, call in zip(jobs, calls):
             if call.error is not None:
                 continue
-            res = parse_completion(call.output)
+            res = parse_completion(call.output, cut=call.finish_reason == "length")
             call.parsed = res.to_dict()
             call.error = res.error
             g = job.state.traj.graph
@@ -326,7 +336,10 @@ class KnowTrace:
         calls, gen_dt = self._generate(jobs)
         dt += gen_dt
         for job, call in zip(jobs, calls):
-            res = parse_exploration(answer_prefix() + call.output) if call.error is None else ExplorationResult(error=call.error)
+            if call.error is None:
+                res = parse_exploration(answer_prefix() + call.output, cut=call.finish_reason == "length")
+            else:
+                res = ExplorationResult(error=call.error)
             call.parsed = res.to_dict()
             call.error = res.error if call.error is None else call.error
             self._conclude(job.state, res, job.state.pending_stop or "max_rounds")
@@ -351,7 +364,7 @@ class KnowTrace:
         cfg = self.config
         requests = [
             GenerationRequest(
-                prompt=j.prompt,
+                prompt=j.prompt + j.prefill,
                 role=getattr(cfg.roles, j.kind),
                 max_new_tokens=getattr(cfg.max_new_tokens, j.kind),
                 stop=EXPLORE_STOP if j.kind in (EXPLORE, ANSWER) else COMPLETE_STOP if j.kind == COMPLETE else KG_TO_TEXT_STOP,
@@ -374,7 +387,7 @@ class KnowTrace:
                 role=job.kind,
                 round=job.round,
                 prompt=job.prompt,
-                output=res.text if isinstance(res, Completion) else "",
+                output=job.prefill + res.text if isinstance(res, Completion) else "",
                 prompt_tokens=res.prompt_tokens if isinstance(res, Completion) else 0,
                 output_tokens=res.output_tokens if isinstance(res, Completion) else 0,
                 finish_reason=res.finish_reason if isinstance(res, Completion) else "error",

