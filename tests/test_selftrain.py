@@ -281,7 +281,7 @@ def test_two_processes_with_torchrun(tmp_path, tiny_model_dir):
                        # the raw base runs the zero-shot prompts the oracle knows
                        "strategy.fewshot.explore": False, "strategy.fewshot.complete": False})
     r = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29531",
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",  # a free port
          str(REPO / "tests" / "selftrain_helpers.py"), str(cfg)],
         capture_output=True, text=True, cwd=REPO, timeout=900,
     )
