@@ -16,6 +16,7 @@ import argparse
 import dataclasses
 import json
 import logging
+import os
 import sys
 import time
 from pathlib import Path
@@ -77,9 +78,11 @@ def main(argv: list[str] | None = None) -> int:
 
     print(f"{len(items)} questions from {config.dataset.path}, model {config.generator.model}, "
           f"L={config.strategy.max_rounds}, N={config.strategy.passages}, torch threads {torch.get_num_threads()}")
+    load = {"before": os.getloadavg()[0]}
     t0 = time.perf_counter()
     batched = KnowTrace(config.strategy).run(items, engine_gen, retriever)
     engine_s = time.perf_counter() - t0
+    load["after_engine"] = os.getloadavg()[0]
     print(f"engine     {engine_s:8.1f}s  {60 * len(items) / engine_s:7.2f} questions/min")
 
     t0 = time.perf_counter()
@@ -87,6 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     for it in items:
         reference += KnowTrace(config.strategy).run([it], OneCallAtATime(reference_gen), OneQueryAtATime(retriever))
     reference_s = time.perf_counter() - t0
+    load["after_reference"] = os.getloadavg()[0]
     print(f"reference  {reference_s:8.1f}s  {60 * len(items) / reference_s:7.2f} questions/min")
 
     same = [normalize_answer(a.prediction or "") == normalize_answer(b.prediction or "") for a, b in zip(batched, reference)]
@@ -94,6 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     ratio = reference_s / engine_s
     print(f"ratio      {ratio:.2f}x (target {TARGET:.0f}x)")
     print(f"agreement  predictions {sum(same)}/{len(same)}, every call's output {sum(same_calls)}/{len(same_calls)}")
+    print(f"load avg   {load} (other jobs on the machine skew the ratio; compare like with like)")
     print(json.dumps({
         "questions": len(items),
         "engine_qpm": round(60 * len(items) / engine_s, 3),
@@ -102,6 +107,8 @@ def main(argv: list[str] | None = None) -> int:
         "target": TARGET,
         "predictions_agree": sum(same),
         "trajectories_agree": sum(same_calls),
+        "threads": torch.get_num_threads(),
+        "load_avg": {k: round(v, 2) for k, v in load.items()},
     }))
     return 0
 
