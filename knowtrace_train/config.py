@@ -3,7 +3,9 @@
 `load_config(cls, path, overrides)` reads a YAML mapping, applies `--key value`,
 `--key=value` and `--a.b value` overrides (values read as YAML scalars: `16` is an int,
 `true` a bool, `null` None; a field typed `str` keeps the text as written), and builds `cls`
-with every field checked against its annotation. An unknown key or a wrong type raises
+with every field checked against its annotation. A nested section sets only the keys it names:
+the others keep the parent's default for that section (its `default_factory` value), not the
+nested class's own defaults. An unknown key or a wrong type raises
 `ConfigError` naming the key and where it came from (the file, or the command line).
 Any dataclass works: recipes reuse this for evaluation and self-training configs.
 """
@@ -85,12 +87,20 @@ class _Sources:
                 return f"{COMMAND_LINE} (--{'.'.join(parts[:n])})"
         return self.default
 
+    def within(self, prefix: str) -> str:
+        """The sources of a whole section (for errors no single key owns, like a `__post_init__` check)."""
+        keys = sorted(k for k in self.overridden if not prefix or k == prefix or k.startswith(prefix + "."))
+        if not keys:
+            return self.default
+        return f"{self.default} with {COMMAND_LINE} ({', '.join('--' + k for k in keys)})"
+
 
 def _type_name(tp: Any) -> str:
     return getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
 
 
-def _convert(value: Any, tp: Any, key: str, src: _Sources) -> Any:
+def _convert(value: Any, tp: Any, key: str, src: _Sources, base: Any = None) -> Any:
+    """`value` as type `tp`; `base` is the default a nested dataclass section starts from (or None)."""
     where = f"{src.of(key)}: {key}"
     origin = typing.get_origin(tp)
     args = typing.get_args(tp)
@@ -107,7 +117,7 @@ def _convert(value: Any, tp: Any, key: str, src: _Sources) -> Any:
             if arm is type(None):
                 continue
             try:
-                return _convert(parsed, arm, key, src)
+                return _convert(parsed, arm, key, src, base)
             except ConfigError:
                 continue
         raise ConfigError(f"{where}: expected {_type_name(tp)}, got {parsed!r}")
@@ -120,7 +130,7 @@ def _convert(value: Any, tp: Any, key: str, src: _Sources) -> Any:
     if dataclasses.is_dataclass(tp):
         if not isinstance(value, Mapping):
             raise ConfigError(f"{where}: expected a mapping of {tp.__name__} fields, got {value!r}")
-        return _build(tp, value, key, src)
+        return _build(tp, value, key, src, base if isinstance(base, tp) else None)
     if tp is bool:
         if not isinstance(value, bool):
             raise ConfigError(f"{where}: expected true or false, got {value!r}")
@@ -163,7 +173,16 @@ def _convert(value: Any, tp: Any, key: str, src: _Sources) -> Any:
     return value
 
 
-def _build(cls: type[T], data: Mapping[str, Any], prefix: str, src: _Sources) -> T:
+def _field_default(f: dataclasses.Field) -> Any:
+    """A field's default value (a fresh one from its factory), or None where it has none."""
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return None if f.default is dataclasses.MISSING else f.default
+
+
+def _build(cls: type[T], data: Mapping[str, Any], prefix: str, src: _Sources, base: Any = None) -> T:
+    """`cls` from the keys in `data`; the keys not given keep `base`'s values when a base is given
+    (the parent's default for this section), else the class's defaults."""
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}  # type: ignore[arg-type]
     kwargs: dict[str, Any] = {}
@@ -173,17 +192,20 @@ def _build(cls: type[T], data: Mapping[str, Any], prefix: str, src: _Sources) ->
             close = difflib.get_close_matches(str(k), list(fields), n=1)
             hint = f" (did you mean {'.'.join(filter(None, [prefix, close[0]]))!r}?)" if close else ""
             raise ConfigError(f"{src.of(dotted)}: unknown key {dotted!r} for {cls.__name__}{hint}")
-        kwargs[k] = _convert(v, hints[k], dotted, src)
-    for name, f in fields.items():
-        if name not in kwargs and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-            dotted = f"{prefix}.{name}" if prefix else name
-            raise ConfigError(f"{src.default}: missing required key {dotted!r}")
+        # a nested section starts from the default it replaces (used only where the type is a dataclass)
+        sub_base = getattr(base, k) if base is not None else _field_default(fields[k])
+        kwargs[k] = _convert(v, hints[k], dotted, src, sub_base)
+    if base is None:
+        for name, f in fields.items():
+            if name not in kwargs and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                dotted = f"{prefix}.{name}" if prefix else name
+                raise ConfigError(f"{src.default}: missing required key {dotted!r}")
     try:
-        return cls(**kwargs)
+        return dataclasses.replace(base, **kwargs) if base is not None else cls(**kwargs)
     except ConfigError:
         raise
     except (TypeError, ValueError) as e:
-        raise ConfigError(f"{src.default}: {prefix or cls.__name__}: {e}") from e
+        raise ConfigError(f"{src.within(prefix)}: {prefix or cls.__name__}: {e}") from e
 
 
 def read_yaml(path: str | Path) -> dict[str, Any]:
