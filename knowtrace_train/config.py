@@ -7,18 +7,22 @@ with every field checked against its annotation. A nested section sets only the 
 the others keep the parent's default for that section (its `default_factory` value), not the
 nested class's own defaults. An unknown key or a wrong type raises
 `ConfigError` naming the key and where it came from (the file, or the command line).
-Any dataclass works: recipes reuse this for evaluation and self-training configs.
+Any dataclass works: recipes reuse this for evaluation and self-training configs, and
+`run_recipe` is their common `main` (`--config FILE`, `--quiet`, overrides, config errors -> exit 2).
 """
 
 from __future__ import annotations
 
+import argparse
 import collections.abc
 import dataclasses
 import difflib
+import logging
+import sys
 import types
 import typing
 from pathlib import Path
-from typing import Any, Mapping, Sequence, TypeVar
+from typing import Any, Callable, Mapping, Sequence, TypeVar
 
 import yaml
 
@@ -238,6 +242,49 @@ def load_config(
         _set_dotted(data, k, v)
     src = _Sources(str(path) if path is not None else "defaults", list(parsed))
     return _build(cls, data, "", src)
+
+
+@dataclasses.dataclass
+class RecipeArgs:
+    """A recipe's command line: the config file, --quiet, and the `--key value` overrides."""
+
+    config: str | None
+    quiet: bool
+    overrides: list[str]
+
+
+def parse_recipe_args(argv: Sequence[str] | None, doc: str | None, config_help: str) -> RecipeArgs:
+    """Parse a recipe's command line (`--config FILE`, `--quiet`, every other `--key value` pair an
+    override of the config; `doc`'s first line is the description) and set up logging: INFO, or
+    WARNING with --quiet."""
+    parser = argparse.ArgumentParser(
+        description=(doc or "").split("\n")[0], epilog="Other --key value pairs override the config."
+    )
+    parser.add_argument("--config", help=config_help)
+    parser.add_argument("--quiet", action="store_true", help="no progress bars, warnings only")
+    args, overrides = parser.parse_known_args(None if argv is None else list(argv))
+    logging.basicConfig(
+        level=logging.WARNING if args.quiet else logging.INFO, format="%(levelname)s %(name)s: %(message)s"
+    )
+    return RecipeArgs(config=args.config, quiet=args.quiet, overrides=overrides)
+
+
+def run_recipe(
+    argv: Sequence[str] | None,
+    doc: str | None,
+    config_help: str,
+    load: Callable[[str | None, list[str]], T],
+    run: Callable[[T, RecipeArgs], int],
+) -> int:
+    """A recipe's `main`: parse its command line (`parse_recipe_args`), build the config with
+    `load(config file, overrides)`, then return `run(config, args)`. A `ConfigError` from either
+    is printed to stderr as `config error: ...` (it names the key and the file) and exits 2."""
+    args = parse_recipe_args(argv, doc, config_help)
+    try:
+        return run(load(args.config, args.overrides), args)
+    except ConfigError as e:
+        print(f"config error: {e}", file=sys.stderr)
+        return 2
 
 
 def config_to_dict(obj: Any) -> Any:

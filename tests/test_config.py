@@ -130,3 +130,37 @@ def test_nested_section_from_default_still_checked(tmp_path):
         load_config(Parent, None, ["--outer.limit", "-1"])
     with pytest.raises(ConfigError, match=r"c\.yaml: unknown key 'inner\.kk' for Inner"):
         load_config(Parent, write(tmp_path, "inner: {kk: 1}\n"))
+
+
+def test_parse_recipe_args():
+    from knowtrace_train.config import RecipeArgs, parse_recipe_args
+
+    args = parse_recipe_args(["--config", "c.yaml", "--inner.k", "3", "--quiet", "--fast"], "Doc line.\nMore.", "YAML")
+    assert args == RecipeArgs(config="c.yaml", quiet=True, overrides=["--inner.k", "3", "--fast"])
+    assert parse_recipe_args([], None, "YAML") == RecipeArgs(config=None, quiet=False, overrides=[])
+    # the overrides are what load_config takes
+    assert load_config(Outer, None, ["--path", "p", *args.overrides]).inner.k == 3
+
+
+def test_run_recipe_reports_config_errors(tmp_path, capsys):
+    from knowtrace_train.config import run_recipe
+
+    seen = []
+
+    def run(config, args):
+        seen.append((config, args.quiet))
+        return 0
+
+    load = lambda path, overrides: load_config(Outer, path, overrides)  # noqa: E731
+    assert run_recipe(["--path", "p", "--limit", "3", "--quiet"], "Doc.", "YAML", load, run) == 0
+    assert seen == [(Outer(path="p", limit=3), True)]
+    bad = write(tmp_path, "path: p\ninner: {kk: 1}\n")
+    assert run_recipe(["--config", str(bad)], "Doc.", "YAML", load, run) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("config error: ") and str(bad) in err and "inner.kk" in err
+
+    def refuses(config, args):
+        raise ConfigError("runs/x: started with another config")
+
+    assert run_recipe(["--path", "p"], "Doc.", "YAML", load, refuses) == 2
+    assert "config error: runs/x: started with another config" in capsys.readouterr().err
