@@ -3,20 +3,26 @@
 `load_config(cls, path, overrides)` reads a YAML mapping, applies `--key value`,
 `--key=value` and `--a.b value` overrides (values read as YAML scalars: `16` is an int,
 `true` a bool, `null` None; a field typed `str` keeps the text as written), and builds `cls`
-with every field checked against its annotation. An unknown key or a wrong type raises
+with every field checked against its annotation. A nested section sets only the keys it names:
+the others keep the parent's default for that section (its `default_factory` value), not the
+nested class's own defaults. An unknown key or a wrong type raises
 `ConfigError` naming the key and where it came from (the file, or the command line).
-Any dataclass works: recipes reuse this for evaluation and self-training configs.
+Any dataclass works: recipes reuse this for evaluation and self-training configs, and
+`run_recipe` is their common `main` (`--config FILE`, `--quiet`, overrides, config errors -> exit 2).
 """
 
 from __future__ import annotations
 
+import argparse
 import collections.abc
 import dataclasses
 import difflib
+import logging
+import sys
 import types
 import typing
 from pathlib import Path
-from typing import Any, Mapping, Sequence, TypeVar
+from typing import Any, Callable, Mapping, Sequence, TypeVar
 
 import yaml
 
@@ -85,12 +91,20 @@ class _Sources:
                 return f"{COMMAND_LINE} (--{'.'.join(parts[:n])})"
         return self.default
 
+    def within(self, prefix: str) -> str:
+        """The sources of a whole section (for errors no single key owns, like a `__post_init__` check)."""
+        keys = sorted(k for k in self.overridden if not prefix or k == prefix or k.startswith(prefix + "."))
+        if not keys:
+            return self.default
+        return f"{self.default} with {COMMAND_LINE} ({', '.join('--' + k for k in keys)})"
+
 
 def _type_name(tp: Any) -> str:
     return getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
 
 
-def _convert(value: Any, tp: Any, key: str, src: _Sources) -> Any:
+def _convert(value: Any, tp: Any, key: str, src: _Sources, base: Any = None) -> Any:
+    """`value` as type `tp`; `base` is the default a nested dataclass section starts from (or None)."""
     where = f"{src.of(key)}: {key}"
     origin = typing.get_origin(tp)
     args = typing.get_args(tp)
@@ -107,7 +121,7 @@ def _convert(value: Any, tp: Any, key: str, src: _Sources) -> Any:
             if arm is type(None):
                 continue
             try:
-                return _convert(parsed, arm, key, src)
+                return _convert(parsed, arm, key, src, base)
             except ConfigError:
                 continue
         raise ConfigError(f"{where}: expected {_type_name(tp)}, got {parsed!r}")
@@ -120,7 +134,7 @@ def _convert(value: Any, tp: Any, key: str, src: _Sources) -> Any:
     if dataclasses.is_dataclass(tp):
         if not isinstance(value, Mapping):
             raise ConfigError(f"{where}: expected a mapping of {tp.__name__} fields, got {value!r}")
-        return _build(tp, value, key, src)
+        return _build(tp, value, key, src, base if isinstance(base, tp) else None)
     if tp is bool:
         if not isinstance(value, bool):
             raise ConfigError(f"{where}: expected true or false, got {value!r}")
@@ -163,7 +177,16 @@ def _convert(value: Any, tp: Any, key: str, src: _Sources) -> Any:
     return value
 
 
-def _build(cls: type[T], data: Mapping[str, Any], prefix: str, src: _Sources) -> T:
+def _field_default(f: dataclasses.Field) -> Any:
+    """A field's default value (a fresh one from its factory), or None where it has none."""
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return None if f.default is dataclasses.MISSING else f.default
+
+
+def _build(cls: type[T], data: Mapping[str, Any], prefix: str, src: _Sources, base: Any = None) -> T:
+    """`cls` from the keys in `data`; the keys not given keep `base`'s values when a base is given
+    (the parent's default for this section), else the class's defaults."""
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}  # type: ignore[arg-type]
     kwargs: dict[str, Any] = {}
@@ -173,17 +196,20 @@ def _build(cls: type[T], data: Mapping[str, Any], prefix: str, src: _Sources) ->
             close = difflib.get_close_matches(str(k), list(fields), n=1)
             hint = f" (did you mean {'.'.join(filter(None, [prefix, close[0]]))!r}?)" if close else ""
             raise ConfigError(f"{src.of(dotted)}: unknown key {dotted!r} for {cls.__name__}{hint}")
-        kwargs[k] = _convert(v, hints[k], dotted, src)
-    for name, f in fields.items():
-        if name not in kwargs and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-            dotted = f"{prefix}.{name}" if prefix else name
-            raise ConfigError(f"{src.default}: missing required key {dotted!r}")
+        # a nested section starts from the default it replaces (used only where the type is a dataclass)
+        sub_base = getattr(base, k) if base is not None else _field_default(fields[k])
+        kwargs[k] = _convert(v, hints[k], dotted, src, sub_base)
+    if base is None:
+        for name, f in fields.items():
+            if name not in kwargs and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                dotted = f"{prefix}.{name}" if prefix else name
+                raise ConfigError(f"{src.default}: missing required key {dotted!r}")
     try:
-        return cls(**kwargs)
+        return dataclasses.replace(base, **kwargs) if base is not None else cls(**kwargs)
     except ConfigError:
         raise
     except (TypeError, ValueError) as e:
-        raise ConfigError(f"{src.default}: {prefix or cls.__name__}: {e}") from e
+        raise ConfigError(f"{src.within(prefix)}: {prefix or cls.__name__}: {e}") from e
 
 
 def read_yaml(path: str | Path) -> dict[str, Any]:
@@ -216,6 +242,49 @@ def load_config(
         _set_dotted(data, k, v)
     src = _Sources(str(path) if path is not None else "defaults", list(parsed))
     return _build(cls, data, "", src)
+
+
+@dataclasses.dataclass
+class RecipeArgs:
+    """A recipe's command line: the config file, --quiet, and the `--key value` overrides."""
+
+    config: str | None
+    quiet: bool
+    overrides: list[str]
+
+
+def parse_recipe_args(argv: Sequence[str] | None, doc: str | None, config_help: str) -> RecipeArgs:
+    """Parse a recipe's command line (`--config FILE`, `--quiet`, every other `--key value` pair an
+    override of the config; `doc`'s first line is the description) and set up logging: INFO, or
+    WARNING with --quiet."""
+    parser = argparse.ArgumentParser(
+        description=(doc or "").split("\n")[0], epilog="Other --key value pairs override the config."
+    )
+    parser.add_argument("--config", help=config_help)
+    parser.add_argument("--quiet", action="store_true", help="no progress bars, warnings only")
+    args, overrides = parser.parse_known_args(None if argv is None else list(argv))
+    logging.basicConfig(
+        level=logging.WARNING if args.quiet else logging.INFO, format="%(levelname)s %(name)s: %(message)s"
+    )
+    return RecipeArgs(config=args.config, quiet=args.quiet, overrides=overrides)
+
+
+def run_recipe(
+    argv: Sequence[str] | None,
+    doc: str | None,
+    config_help: str,
+    load: Callable[[str | None, list[str]], T],
+    run: Callable[[T, RecipeArgs], int],
+) -> int:
+    """A recipe's `main`: parse its command line (`parse_recipe_args`), build the config with
+    `load(config file, overrides)`, then return `run(config, args)`. A `ConfigError` from either
+    is printed to stderr as `config error: ...` (it names the key and the file) and exits 2."""
+    args = parse_recipe_args(argv, doc, config_help)
+    try:
+        return run(load(args.config, args.overrides), args)
+    except ConfigError as e:
+        print(f"config error: {e}", file=sys.stderr)
+        return 2
 
 
 def config_to_dict(obj: Any) -> Any:

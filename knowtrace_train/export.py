@@ -22,15 +22,13 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import re
 import shutil
-import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from knowtrace_train.io import iter_jsonl, write_json
+from knowtrace_train.io import atomic_dir, iter_jsonl, write_json
 from knowtrace_train.train import TRAINING_INFO, merge_adapters_into_base, read_training_info, render_prompt_ids
 
 logger = logging.getLogger(__name__)
@@ -216,17 +214,8 @@ def check_merged_matches_adapter(
 
 
 def _copy_dir(src: Path, dst: Path) -> None:
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{dst.name}.", dir=dst.parent))
-    try:
+    with atomic_dir(dst) as tmp:
         shutil.copytree(src, tmp, dirs_exist_ok=True)
-        tmp.chmod(0o755)
-        if dst.exists():
-            shutil.rmtree(dst)
-        os.replace(tmp, dst)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
 
 
 def export_run(

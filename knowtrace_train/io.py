@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import os
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
+
+log = logging.getLogger(__name__)
 
 
 class DataFileError(ValueError):
@@ -62,6 +67,37 @@ def atomic_write_text(path: str | Path, text: str) -> None:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+@contextlib.contextmanager
+def atomic_dir(path: str | Path, *, done: str | None = None) -> Iterator[Path]:
+    """Yield a fresh temporary folder beside `path` to write into; when the block ends, rename it to
+    `path`, so readers never see half a folder. An existing `path` is replaced. With `done` (the name
+    of a marker file the block writes last), a `path` that holds that marker is a copy another
+    process finished first: it is kept and this one discarded. When the block raises, the temporary
+    folder is removed and `path` is left as it was."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
+    try:
+        yield tmp
+        tmp.chmod(0o755)  # mkdtemp makes 0700; give the folder the usual mode
+        if done is not None and (path / done).exists():
+            log.info("another process finished %s first; using its copy", path)
+            return
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        elif path.exists() or path.is_symlink():
+            path.unlink()
+        try:
+            os.replace(tmp, path)
+        except OSError:
+            if done is None or not (path / done).exists():
+                raise
+            log.info("another process finished %s first; using its copy", path)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def write_jsonl(path: str | Path, rows: Iterable[dict[str, Any]]) -> None:

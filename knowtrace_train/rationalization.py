@@ -2,7 +2,9 @@
 then train on the correct reruns as if the hint had never been there.
 
 The hint is appended to the question text, so every strategy runs a hinted item unchanged.
-A trajectory of a hinted item carries the hinted question; `unhint_prompt` turns any prompt
+A trajectory of a hinted item carries the hinted question and its own id (`trajectory_id`:
+`<item id>#hint`, its question_id stays the item id, so it never collides with the unhinted
+trajectory of the same question); `unhint_prompt` turns any prompt
 that shows it back into the prompt of the plain question (backtracing does this for every
 exploration record), and `mentions_hint` catches a thought that leans on the hint.
 """
@@ -16,6 +18,8 @@ from typing import Iterable
 from knowtrace_train.data.schema import QAItem
 
 HINT_TEMPLATE = "{question} (Hint: the answer is {answer}.)"
+#: appended to the item id to make the trajectory id of a hinted rerun
+HINT_ID_SUFFIX = "#hint"
 _HINT_WORD = re.compile(r"\bhint(?:s|ed)?\b", re.IGNORECASE)
 
 
@@ -25,8 +29,16 @@ def hinted_question(question: str, answer: str) -> str:
 
 
 def hinted_items(items: Iterable[QAItem]) -> list[QAItem]:
-    """The items to rerun for rationalization: same id, answers and evidence, hinted question."""
+    """The items to rerun for rationalization: same id, answers and evidence, hinted question
+    (a strategy names their trajectories with `trajectory_id`)."""
     return [dataclasses.replace(it, question=hinted_question(it.question, it.answer)) for it in items]
+
+
+def trajectory_id(item: QAItem) -> str:
+    """The id of a trajectory of `item`: the item id, or `<item id>#hint` where the item is a
+    hinted rerun (its question ends with its own gold answer as the hint)."""
+    hint = HINT_TEMPLATE.format(question="", answer=item.answer.strip())
+    return item.id + HINT_ID_SUFFIX if item.question.endswith(hint) else item.id
 
 
 def is_hinted(trajectory_question: str, item_question: str) -> bool:

@@ -48,32 +48,16 @@ class DataConfig:
                 raise ValueError(f"data.{name} must be >= 1 or null, got {v}")
 
 
-# The default run's values live in subclasses (not in default factories): a config file or override
-# that sets one nested key builds that section from its class defaults, so these must be the class's.
-
-
-@dataclass
-class IterationTrainConfig(LoraTrainConfig):
-    """LoRA training of each iteration's adapters, sized for the CPU default run."""
-
-    epochs: float = 2.0
-    learning_rate: float = 3e-4
-    per_device_batch_size: int = 4
-    gradient_accumulation_steps: int = 1
-    max_length: int = 1024
-    logging_steps: int = 5
-
-
-@dataclass
-class BootstrapTrainConfig(LoraTrainConfig):
-    """LoRA training of the bootstrap on gold trajectories, sized for the CPU default run."""
-
-    epochs: float = 1.0
-    learning_rate: float = 3e-4
-    per_device_batch_size: int = 4
-    gradient_accumulation_steps: int = 1
-    max_length: int = 1024
-    logging_steps: int = 5
+def _lora(epochs: float) -> LoraTrainConfig:
+    """LoRA training sized for the CPU default run."""
+    return LoraTrainConfig(
+        epochs=epochs,
+        learning_rate=3e-4,
+        per_device_batch_size=4,
+        gradient_accumulation_steps=1,
+        max_length=1024,
+        logging_steps=5,
+    )
 
 
 @dataclass
@@ -92,7 +76,7 @@ class BootstrapConfig:
     require_support: bool = True
     #: true: one adapter on every role's records; false: one adapter per role, merged one after the other
     joint: bool = True
-    train: BootstrapTrainConfig = field(default_factory=BootstrapTrainConfig)
+    train: LoraTrainConfig = field(default_factory=lambda: _lora(epochs=1.0))
 
     def __post_init__(self) -> None:
         if self.mode not in BOOTSTRAP_MODES:
@@ -101,32 +85,20 @@ class BootstrapConfig:
             raise ValueError("bootstrap.questions and bootstrap.probe_questions must be >= 1")
 
 
-@dataclass
-class SelfTrainGeneratorConfig(GeneratorConfig):
+def _generator() -> GeneratorConfig:
     """The generator of the default run: SmolLM2-135M, batches of 16, no per-batch progress bar
     (the rollout bar counts questions)."""
-
-    model: str = "smollm2-135m"
-    batch_size: int = 16
-    progress: bool = False
+    return GeneratorConfig(model="smollm2-135m", batch_size=16, progress=False)
 
 
-@dataclass
-class SelfTrainMaxNewTokens(MaxNewTokensConfig):
-    explore: int = 64
-    complete: int = 48
-    answer: int = 48
-    kg_to_text: int = 96
-
-
-@dataclass
-class SelfTrainStrategyConfig(KnowTraceConfig):
+def _strategy() -> KnowTraceConfig:
     """KnowTrace for the default run: L=3 rounds, N=3 passages, 2 guidance pairs, short outputs."""
-
-    max_rounds: int = 3
-    passages: int = 3
-    max_pairs: int = 2
-    max_new_tokens: SelfTrainMaxNewTokens = field(default_factory=SelfTrainMaxNewTokens)
+    return KnowTraceConfig(
+        max_rounds=3,
+        passages=3,
+        max_pairs=2,
+        max_new_tokens=MaxNewTokensConfig(explore=64, complete=48, answer=48, kg_to_text=96),
+    )
 
 
 @dataclass
@@ -154,10 +126,10 @@ class SelfTrainConfig:
     seed: int = 0
     data: DataConfig = field(default_factory=DataConfig)
     retriever: RetrieverConfig = field(default_factory=RetrieverConfig)
-    generator: SelfTrainGeneratorConfig = field(default_factory=SelfTrainGeneratorConfig)
-    strategy: SelfTrainStrategyConfig = field(default_factory=SelfTrainStrategyConfig)
+    generator: GeneratorConfig = field(default_factory=_generator)
+    strategy: KnowTraceConfig = field(default_factory=_strategy)
     #: LoRA training of the exploration and completion adapters of every iteration (from M0)
-    train: IterationTrainConfig = field(default_factory=IterationTrainConfig)
+    train: LoraTrainConfig = field(default_factory=lambda: _lora(epochs=2.0))
     bootstrap: BootstrapConfig = field(default_factory=BootstrapConfig)
     #: hyper-parameter search: dotted config key -> values; the recipe runs every combination as its
     #: own run in <run folder>/<point> (the paper tunes train.epochs, the batch size and the learning rate)

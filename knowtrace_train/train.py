@@ -13,14 +13,13 @@ from __future__ import annotations
 import json
 import logging
 import os
-import shutil
 import tempfile
 import time
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from knowtrace_train.io import iter_jsonl, write_json
+from knowtrace_train.io import atomic_dir, iter_jsonl, write_json
 
 logger = logging.getLogger(__name__)
 
@@ -522,9 +521,9 @@ def train_role(
 
 
 def _save_adapter(peft_model, output_dir: Path, role, base_model_path, config, precision, why, result) -> None:
-    output_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.", dir=output_dir.parent))
-    try:
+    if output_dir.exists():
+        logger.info("replacing the adapter in %s", output_dir)
+    with atomic_dir(output_dir) as tmp:
         peft_model.save_pretrained(str(tmp))
         info = {
             "role": role,
@@ -536,14 +535,6 @@ def _save_adapter(peft_model, output_dir: Path, role, base_model_path, config, p
             "result": {k: v for k, v in asdict(result).items() if k != "adapter_dir"},
         }
         write_json(tmp / TRAINING_INFO, info)
-        tmp.chmod(0o755)
-        if output_dir.exists():
-            logger.info("replacing the adapter in %s", output_dir)
-            shutil.rmtree(output_dir)
-        os.replace(tmp, output_dir)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     logger.info("saved the %s adapter to %s", role, output_dir)
 
 
@@ -581,17 +572,8 @@ def merge_adapters_into_base(
     for a in adapters:
         model = PeftModel.from_pretrained(model, str(a)).merge_and_unload()
     tokenizer = AutoTokenizer.from_pretrained(str(base_path))
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
-    try:
+    with atomic_dir(out_dir) as tmp:
         model.save_pretrained(str(tmp), safe_serialization=True)
         tokenizer.save_pretrained(str(tmp))
-        tmp.chmod(0o755)
-        if out_dir.exists():
-            shutil.rmtree(out_dir)
-        os.replace(tmp, out_dir)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     logger.info("merged %s into %s -> %s", ", ".join(map(str, adapters)), base_path, out_dir)
     return out_dir

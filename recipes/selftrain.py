@@ -17,9 +17,7 @@ and prints one such object per point.
 
 from __future__ import annotations
 
-import argparse
 import json
-import logging
 import os
 import sys
 import time
@@ -27,7 +25,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from knowtrace_train.config import ConfigError, load_config, parse_overrides, read_yaml  # noqa: E402
+from knowtrace_train.config import (  # noqa: E402
+    ConfigError,
+    RecipeArgs,
+    load_config,
+    parse_overrides,
+    read_yaml,
+    run_recipe,
+)
 from knowtrace_train.report import headline, table_header, table_row  # noqa: E402
 from knowtrace_train.selftrain import SelfTrain  # noqa: E402
 from knowtrace_train.selftrain_config import SelfTrainConfig  # noqa: E402
@@ -82,27 +87,18 @@ def run_one(config: SelfTrainConfig, quiet: bool) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0], epilog="Other --key value pairs override the config.")
-    parser.add_argument("--config", help="YAML config (recipes/configs/selftrain_*.yaml); default: the embedded default")
-    parser.add_argument("--quiet", action="store_true", help="no progress bars, warnings only")
-    args, overrides = parser.parse_known_args(argv)
-    logging.basicConfig(level=logging.WARNING if args.quiet else logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    try:
-        config = load(args.config, overrides)
-    except ConfigError as e:
-        print(f"config error: {e}", file=sys.stderr)
-        return 2
-    try:
-        line = run_all(config, args, overrides)
-    except ConfigError as e:  # a run folder started with another config
-        print(f"config error: {e}", file=sys.stderr)
-        return 2
+    config_help = "YAML config (recipes/configs/selftrain_*.yaml); default: the embedded default"
+    return run_recipe(argv, __doc__, config_help, load, run)
+
+
+def run(config: SelfTrainConfig, args: RecipeArgs) -> int:
+    line = run_all(config, args)  # a ConfigError here: a run folder started with another config
     if int(os.environ.get("RANK", "0")) == 0:
         print(json.dumps(line))
     return 0
 
 
-def run_all(config: SelfTrainConfig, args: argparse.Namespace, overrides: list[str]) -> dict:
+def run_all(config: SelfTrainConfig, args: RecipeArgs) -> dict:
     if not config.grid:
         line = run_one(config, args.quiet)
     else:
@@ -111,7 +107,7 @@ def run_all(config: SelfTrainConfig, args: argparse.Namespace, overrides: list[s
         results = []
         for point in grid_points(config.grid):
             extra = [f"--{k}={yaml_scalar(v)}" for k, v in point.items()]
-            sub = load(args.config, [*overrides, *extra, "--grid={}", "--output_dir", str(root / point_name(point))])
+            sub = load(args.config, [*args.overrides, *extra, "--grid={}", "--output_dir", str(root / point_name(point))])
             results.append({"point": point, **run_one(sub, args.quiet)})
         line = {"run_dir": str(root), "points": results}
     return line

@@ -3,6 +3,7 @@ Appendix F in the paper's own output style), after a JSONL round trip as rollout
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from typing import Sequence
 
@@ -10,7 +11,7 @@ import pytest
 
 from knowtrace_train import outputs, prompts
 from knowtrace_train.backtrace import PATH_RULES, backtrace_trajectories
-from knowtrace_train.data.schema import Passage, QAItem, passage_id
+from knowtrace_train.data.schema import GoldEvidence, Passage, QAItem, passage_id
 from knowtrace_train.generation.base import Completion, GenerationRequest
 from knowtrace_train.kg import GuidancePair, Triplet
 from knowtrace_train.rationalization import hinted_items
@@ -150,3 +151,24 @@ def test_engine_rationalization_round_trip():
     assert res.stats["hinted"] == 1 and len(recs) == 5
     assert all("Hint" not in r["prompt"] for r in recs)
     assert res.records_by_role["explore"][0]["prompt"] == prompts.render_exploration_prompt(QUESTION, [])
+
+
+def test_hinted_rerun_trajectories_have_their_own_ids():
+    from knowtrace_train.backtrace_quality import evidence_quality
+
+    plain, hinted = rollout([ITEM, *hinted_items([ITEM])])
+    assert (plain.id, plain.question_id) == ("f1", "f1")
+    assert (hinted.id, hinted.question_id) == ("f1#hint", "f1") and "Hint" in hinted.question
+    res = backtrace_trajectories([plain, hinted], {"f1": ITEM}, count_tokens=words)
+    assert res.stats["trajectories"] == 2 and res.stats["hinted"] == 1 and res.stats["backtraced"] == 2
+    assert [(bt.trajectory_id, bt.question_id) for bt in res.traces] == [("f1", "f1"), ("f1#hint", "f1")]
+    ids = {r["trajectory_id"] for v in res.records_by_role.values() for r in v}
+    assert ids == {"f1", "f1#hint"}
+    hinted_recs = [r for v in res.records_by_role.values() for r in v if r["trajectory_id"] == "f1#hint"]
+    assert hinted_recs and all("Hint" not in r["prompt"] for r in hinted_recs)
+    # a consumer keyed on trajectory ids sees both trajectories (one graph emptied: only the plain one counts)
+    gold_triple = ("James Watt", "educated at", "University of Glasgow")
+    gold = dataclasses.replace(ITEM, evidence=GoldEvidence(triples=(gold_triple,)))
+    hinted.graph.triplets.clear()
+    q = evidence_quality([plain, hinted], res.traces[:1], {"f1": gold})
+    assert q["n"] == 1 and q["graph_recall"] > 0

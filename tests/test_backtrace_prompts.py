@@ -114,6 +114,16 @@ def test_hint_round_trip():
     assert mentions_hint("The hint says Glasgow.") and not mentions_hint("He studied in Glasgow.")
 
 
+def test_trajectory_id_tells_a_hinted_rerun():
+    from knowtrace_train.rationalization import trajectory_id
+
+    (h,) = hinted_items([ITEM])
+    assert trajectory_id(ITEM) == "t1" and trajectory_id(h) == "t1#hint"
+    # a question that merely mentions a hint (not the item's own answer as one) is a plain question
+    odd = QAItem(id="t3", question="Which clue is the hint? (Hint: the answer is Paris.)", answers=("Rome",))
+    assert trajectory_id(odd) == "t3"
+
+
 @pytest.mark.parametrize("fewshot", [True, False])
 def test_hinted_rollouts_train_without_the_hint(fewshot):
     hq = hinted_question(QUESTION, ANSWER)

@@ -97,3 +97,70 @@ def test_bad_command_line():
         parse_overrides(["limit", "3"])
     with pytest.raises(ConfigError, match="cannot read"):
         load_config(Outer, "/nonexistent/c.yaml")
+
+
+@dataclass
+class Parent:
+    """A parent whose nested defaults differ from the nested classes' own defaults."""
+
+    inner: Inner = field(default_factory=lambda: Inner(k=9, name="dense", tags=["t"]))
+    maybe: Optional[Inner] = None
+    outer: Outer = field(default_factory=lambda: Outer(path="p", inner=Inner(k=1, ratio=0.25), limit=4))
+
+
+def test_nested_section_starts_from_the_parents_default(tmp_path):
+    # an override of one nested key keeps the parent's other defaults (not the nested class's)
+    c = load_config(Parent, None, ["--inner.k", "4"])
+    assert c.inner == Inner(k=4, name="dense", tags=["t"])
+    # the same from a YAML section, two levels deep, and YAML plus an override together
+    c = load_config(Parent, write(tmp_path, "outer:\n  inner: {name: x}\n"), ["--outer.fast"])
+    assert c.outer == Outer(path="p", inner=Inner(k=1, name="x", ratio=0.25), limit=4, fast=True)
+    assert c.inner == Inner(k=9, name="dense", tags=["t"])
+    # a whole section as one command-line value
+    assert load_config(Parent, None, ["--inner", "{ratio: 2}"]).inner == Inner(k=9, name="dense", ratio=2.0, tags=["t"])
+    # a section whose default is None is built from the class's defaults
+    assert load_config(Parent, None, ["--maybe.k", "2"]).maybe == Inner(k=2)
+    # nothing given: exactly the defaults, and each load gets its own objects
+    a, b = load_config(Parent), load_config(Parent)
+    assert a == Parent() and a.inner.tags is not b.inner.tags
+
+
+def test_nested_section_from_default_still_checked(tmp_path):
+    with pytest.raises(ConfigError, match=r"command line \(--outer\.limit\): .*limit must be >= 0"):
+        load_config(Parent, None, ["--outer.limit", "-1"])
+    with pytest.raises(ConfigError, match=r"c\.yaml: unknown key 'inner\.kk' for Inner"):
+        load_config(Parent, write(tmp_path, "inner: {kk: 1}\n"))
+
+
+def test_parse_recipe_args():
+    from knowtrace_train.config import RecipeArgs, parse_recipe_args
+
+    args = parse_recipe_args(["--config", "c.yaml", "--inner.k", "3", "--quiet", "--fast"], "Doc line.\nMore.", "YAML")
+    assert args == RecipeArgs(config="c.yaml", quiet=True, overrides=["--inner.k", "3", "--fast"])
+    assert parse_recipe_args([], None, "YAML") == RecipeArgs(config=None, quiet=False, overrides=[])
+    # the overrides are what load_config takes
+    assert load_config(Outer, None, ["--path", "p", *args.overrides]).inner.k == 3
+
+
+def test_run_recipe_reports_config_errors(tmp_path, capsys):
+    from knowtrace_train.config import run_recipe
+
+    seen = []
+
+    def run(config, args):
+        seen.append((config, args.quiet))
+        return 0
+
+    load = lambda path, overrides: load_config(Outer, path, overrides)  # noqa: E731
+    assert run_recipe(["--path", "p", "--limit", "3", "--quiet"], "Doc.", "YAML", load, run) == 0
+    assert seen == [(Outer(path="p", limit=3), True)]
+    bad = write(tmp_path, "path: p\ninner: {kk: 1}\n")
+    assert run_recipe(["--config", str(bad)], "Doc.", "YAML", load, run) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("config error: ") and str(bad) in err and "inner.kk" in err
+
+    def refuses(config, args):
+        raise ConfigError("runs/x: started with another config")
+
+    assert run_recipe(["--path", "p"], "Doc.", "YAML", load, refuses) == 2
+    assert "config error: runs/x: started with another config" in capsys.readouterr().err

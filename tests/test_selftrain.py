@@ -41,11 +41,15 @@ def test_default_config_file_is_the_embedded_default():
 
 
 def test_overriding_one_nested_key_keeps_the_other_defaults():
-    cfg = load_config(SelfTrainConfig, None, ["--strategy.max_rounds", "3", "--train.epochs", "1"])
+    cfg = load_config(SelfTrainConfig, None, ["--strategy.max_rounds", "4", "--train.epochs", "1",
+                                              "--strategy.max_new_tokens.explore", "10", "--bootstrap.train.rank", "8"])
     default = SelfTrainConfig()
-    assert cfg.strategy.max_rounds == 3 and cfg.strategy.passages == default.strategy.passages
-    assert cfg.strategy.max_new_tokens == default.strategy.max_new_tokens
+    assert cfg.strategy.max_rounds == 4 and cfg.strategy.passages == default.strategy.passages
+    assert cfg.strategy.max_new_tokens.explore == 10
+    assert cfg.strategy.max_new_tokens.complete == default.strategy.max_new_tokens.complete
     assert cfg.train.epochs == 1.0 and cfg.train.learning_rate == default.train.learning_rate
+    assert cfg.bootstrap.train.rank == 8 and cfg.bootstrap.train.epochs == default.bootstrap.train.epochs
+    assert cfg.bootstrap.train.per_device_batch_size == default.bootstrap.train.per_device_batch_size
 
 
 def test_star_and_paper_configs_load():

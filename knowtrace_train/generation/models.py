@@ -13,11 +13,10 @@ import hashlib
 import importlib.util
 import logging
 import os
-import shutil
-import tempfile
 from pathlib import Path
 
 from knowtrace_train.generation.base import GenerationError
+from knowtrace_train.io import atomic_dir
 
 log = logging.getLogger(__name__)
 
@@ -142,10 +141,9 @@ def convert_gguf(gguf: Path, cache: str | os.PathLike | None = None) -> Path:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    target.parent.mkdir(parents=True, exist_ok=True)
     log.info("converting %s into %s (once)", gguf, target)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
-    try:
+    # another process that finishes the same conversion first wins: its copy is kept
+    with atomic_dir(target, done=_DONE_MARKER) as tmp:
         model = AutoModelForCausalLM.from_pretrained(
             str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32
         )
@@ -158,14 +156,4 @@ def convert_gguf(gguf: Path, cache: str | os.PathLike | None = None) -> Path:
         tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
         tokenizer.save_pretrained(tmp)
         (tmp / _DONE_MARKER).write_text(f"{gguf}\n")
-        try:
-            os.rename(tmp, target)
-        except OSError:
-            # another process finished the same conversion first: keep theirs
-            if not (target / _DONE_MARKER).is_file():
-                raise
-            shutil.rmtree(tmp, ignore_errors=True)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return target

@@ -4,16 +4,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging
 import os
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from knowtrace_train.data.schema import Passage
-
-log = logging.getLogger(__name__)
+from knowtrace_train.io import atomic_dir
 
 #: Where indexes go unless a config names another folder ($KNOWTRACE_CACHE_DIR overrides).
 DEFAULT_CACHE_DIR = "~/.cache/knowtrace-train/retrieval"
@@ -54,23 +50,8 @@ def build_once(target: Path, build: Callable[[Path], None]) -> Path:
     index at once both succeed and one copy wins."""
     if (target / "DONE").exists():
         return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
-    os.chmod(tmp, 0o755)
-    try:
+    # an unfinished leftover (no DONE marker) is replaced; a copy another process finished is kept
+    with atomic_dir(target, done="DONE") as tmp:
         build(tmp)
         (tmp / "DONE").write_text("ok\n")
-        if target.exists():  # an unfinished leftover (no DONE marker): replace it
-            if (target / "DONE").exists():
-                return target
-            shutil.rmtree(target)
-        try:
-            os.replace(tmp, target)
-        except OSError:
-            if not (target / "DONE").exists():
-                raise
-            log.info("another process finished %s first; using its copy", target)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
     return target

@@ -41,6 +41,7 @@ from knowtrace_train.prompts import (
     render_kg_to_text_prompt,
     render_passage,
 )
+from knowtrace_train.rationalization import trajectory_id
 from knowtrace_train.retrieval.base import RetrievalError, Retriever, ScoredPassage, pair_to_query
 from knowtrace_train.trajectory import ModelCall, Trajectory
 
@@ -170,7 +171,7 @@ class KnowTrace:
             _State(
                 item=it,
                 traj=Trajectory(
-                    id=f"{it.id}",
+                    id=trajectory_id(it),  # `<id>#hint` for a hinted (rationalization) rerun
                     question_id=it.id,
                     question=it.question,
                     answers=list(it.answers),
