@@ -18,6 +18,7 @@ import collections.abc
 import dataclasses
 import difflib
 import logging
+import re
 import sys
 import types
 import typing
@@ -29,6 +30,10 @@ import yaml
 T = TypeVar("T")
 
 COMMAND_LINE = "command line"
+
+
+#: a decimal number with an exponent and no dot, which YAML 1.1 leaves a string ("1e-3", "5E+4")
+_FLOAT = re.compile(r"[-+]?\d+(?:\.\d*)?[eE][-+]?\d+")
 
 
 class ConfigError(ValueError):
@@ -144,6 +149,9 @@ def _convert(value: Any, tp: Any, key: str, src: _Sources, base: Any = None) -> 
             raise ConfigError(f"{where}: expected an integer, got {value!r}")
         return value
     if tp is float:
+        if isinstance(value, str) and _FLOAT.fullmatch(value.strip()):
+            # YAML 1.1 reads "1e-3" (no dot) as a string; a researcher means the number
+            return float(value)
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(f"{where}: expected a number, got {value!r}")
         return float(value)

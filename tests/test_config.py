@@ -57,6 +57,16 @@ def test_overrides(tmp_path):
     assert load_config(Outer, None, ["--path", "x"]).path == "x"
 
 
+def test_exponent_without_a_dot_is_a_number(tmp_path):
+    # YAML 1.1 reads 1e-3 as a string; a float field takes it as the number, a string field keeps it
+    p = write(tmp_path, "path: data.jsonl\ninner: {ratio: 1e-3, name: 2e5}\n")
+    c = load_config(Outer, p, [])
+    assert c.inner.ratio == 0.001 and c.inner.name == "2e5"
+    assert load_config(Outer, p, ["--inner.ratio", "-5E+2"]).inner.ratio == -500.0
+    with pytest.raises(ConfigError, match="inner.ratio"):
+        load_config(Outer, p, ["--inner.ratio", "1e-3x"])
+
+
 def test_aliases():
     assert parse_overrides(["--limit", "4"], {"limit": "inner.k"}) == {"inner.k": "4"}
     assert load_config(Outer, None, ["--path", "x", "--limit", "4"], aliases={"limit": "inner.k"}).inner.k == 4
