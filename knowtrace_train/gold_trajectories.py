@@ -22,7 +22,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 from tqdm.auto import tqdm
 
 from knowtrace_train import outputs
-from knowtrace_train.backtrace import ANSWER, answer_output, backtrace_trajectories
+from knowtrace_train.backtrace import backtrace_trajectories
 from knowtrace_train.data.schema import Passage, QAItem
 from knowtrace_train.kg import GuidancePair, KnowledgeGraph, TracedTriplet, Triplet
 from knowtrace_train.metrics import normalize_answer
@@ -207,21 +207,6 @@ def build_gold_trajectory(
                       em=1.0, f1=1.0)
 
 
-def _answer_record(traj: Trajectory, iteration: int | None) -> dict[str, Any]:
-    """The forced answering record of a gold trajectory: its last exploration prompt plus the
-    answer prefix, completed with what follows that prefix in the gold answering output."""
-    from knowtrace_train.prompts import answer_prefix
-
-    final = traj.calls[-1]
-    return {
-        "prompt": final.prompt + answer_prefix(),
-        "completion": answer_output(ANSWER, traj.thought or "", traj.prediction or ""),
-        "role": ANSWER,
-        "trajectory_id": traj.id,
-        "iteration": iteration,
-    }
-
-
 @dataclass
 class GoldResult:
     """SFT records per role from gold trajectories, the counts (items with a trajectory,
@@ -284,29 +269,21 @@ def gold_trajectory_records(
     require_support: bool = True,
     count_tokens: Callable[[str], int] | None = None,
     iteration: int | None = 0,
-    answer_records: bool = True,
 ) -> GoldResult:
     """SFT records {"prompt", "completion", "role", "trajectory_id", "iteration"} per role from
-    the gold trajectories of `items` (every generation kept: they are ideal by construction).
-
-    With `answer_records`, each trajectory also gives one record of the forced answering call
-    (role "answer": the final exploration prompt with the judgement fixed to Yes, completed with
-    the gold thought and answer), the call the engine makes when a question stops unanswered;
-    without it a bootstrapped model has never seen that prompt."""
+    the gold trajectories of `items` (every generation kept: they are ideal by construction)."""
     items = list(items)
     count = count_tokens or (lambda s: len(s.split()))
     trajs, reasons = gold_trajectories(items, retriever, k=k, fewshot=fewshot, kg_format=kg_format,
                                        require_support=require_support, count_tokens=count)
     by_id: Mapping[str, QAItem] = {it.id: it for it in items}
     res = backtrace_trajectories(trajs, by_id, count_tokens=count, mode="star", iteration=iteration)
-    if answer_records:
-        res.records_by_role[ANSWER] += [_answer_record(t, iteration) for t in trajs]
     check = backtrace_trajectories(trajs, by_id, count_tokens=count, mode="backtrace")
     stats = {
         "items": len(items),
         "trajectories": len(trajs),
         "skipped": reasons,
-        "records": {r: len(v) for r, v in res.records_by_role.items()},
+        "records": res.stats["records"],
         "backtrace_check": {"fa_ratio": check.stats["fa_ratio"], "backtraced": check.stats["backtraced"],
                             "skipped": check.stats["skipped"]},
     }

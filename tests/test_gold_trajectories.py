@@ -92,23 +92,12 @@ def test_no_chain_is_a_reason():
     assert gold_chain(item) == NO_CHAIN
 
 
-def final_thought(res):
-    return parse_exploration(res.records_by_role["explore"][-1]["completion"]).thought
-
-
 def test_gold_records_parse_back_to_the_chain():
     res = gold_trajectory_records([WORLD_ITEM], WordOverlap(CORPUS), k=2)
     assert res.stats["trajectories"] == 1 and res.stats["skipped"] == {}
     assert res.stats["backtrace_check"] == {"fa_ratio": 0.0, "backtraced": 1, "skipped": {}}
     explore, complete = res.records_by_role["explore"], res.records_by_role["complete"]
-    assert len(explore) == 4 and len(complete) == 3
-    # the forced answering call: the final exploration prompt with the answer prefix, thought and answer after it
-    (answer,) = res.records_by_role["answer"]
-    assert answer["prompt"] == explore[3]["prompt"] + prompts.answer_prefix()
-    forced = parse_exploration(prompts.answer_prefix() + answer["completion"])
-    assert forced.answered and forced.answer == "Doravia" and forced.thought == final_thought(res)
-    assert res.stats["records"] == {"explore": 4, "complete": 3, "answer": 1}
-    assert not gold_trajectory_records([WORLD_ITEM], WordOverlap(CORPUS), k=2, answer_records=False).records_by_role["answer"]
+    assert len(explore) == 4 and len(complete) == 3 and not res.records_by_role["answer"]
     assert [parse_exploration(r["completion"]).pairs for r in explore[:3]] == [[h.pair] for h in gold_chain(WORLD_ITEM)]
     final = parse_exploration(explore[3]["completion"])
     assert final.answered and final.answer == "Doravia"
