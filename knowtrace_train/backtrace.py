@@ -428,17 +428,10 @@ def _answer_texts(call: ModelCall, traj: Trajectory) -> tuple[str, str] | None:
     return (thought or "").strip(), str(answer)
 
 
-def answer_output(role: str, thought: str, answer: str) -> str:
-    """The canonical answering output: for the forced-answer role, what follows the prompt's
-    answer prefix (judgement fixed to Yes and `Thought:`)."""
-    text = outputs.exploration_answer(thought, answer)
-    if role == ANSWER:
-        from knowtrace_train.prompts import answer_prefix
-
-        prefix = answer_prefix()
-        if text.startswith(prefix):
-            return text[len(prefix) :]
-    return text
+def answer_output(thought: str, answer: str) -> str:
+    """The canonical answering output, of an exploration that answers and of the forced
+    answering call alike (whose output starts with the answer prefix it was sent)."""
+    return outputs.exploration_answer(thought, answer)
 
 
 def _bounded(n: int, limit: int) -> int:
@@ -460,7 +453,7 @@ def filter_trajectory(
         n_all = count_tokens(call.output or "")
         if _is_answer_call(call):
             texts = _answer_texts(call, traj)
-            full = None if texts is None else answer_output(call.role, *texts)
+            full = None if texts is None else answer_output(*texts)
             keep = full is not None and s_keys is not None
             out.append(FilteredCall(call, call.role, full if keep else None, full, 1, int(keep), n_all,
                                     0 if keep else n_all))
@@ -557,14 +550,13 @@ class PromptOptions:
 
 
 def _render_exploration(
-    role: str, question: str, triplets: list[Triplet], opts: PromptOptions, seen: str, recorded: str | None = None
+    question: str, triplets: list[Triplet], opts: PromptOptions, seen: str, recorded: str | None = None
 ) -> str | None:
     p = _prompts()
     fmt = opts.kg_format or recorded or _detect_kg_format(seen) or "triplets"
     if fmt == "text" and triplets:
         return None  # needs a KG-to-Text model call
-    render = p.render_answer_prompt if role == ANSWER else p.render_exploration_prompt
-    return render(question, triplets, fewshot=opts.fewshot, kg_format=fmt)
+    return p.render_exploration_prompt(question, triplets, fewshot=opts.fewshot, kg_format=fmt)
 
 
 def training_prompt(
@@ -586,18 +578,18 @@ def training_prompt(
     if fc.role in (EXPLORE, ANSWER):
         if opts.rerender and s_keys is not None:
             shown = [t.triplet for t in traj.graph.triplets if t.call < call.index and t.triplet.key() in s_keys]
-            return _render_exploration(fc.role, question, shown, opts, prompt, traj.meta.get("kg_format"))
+            return _render_exploration(question, shown, opts, prompt, traj.meta.get("kg_format"))
         if hinted:
             plain = unhint_prompt(prompt, traj.question, question)
             if plain is None:
                 shown = [t.triplet for t in traj.graph.triplets if t.call < call.index]
-                return _render_exploration(fc.role, question, shown, opts, prompt, traj.meta.get("kg_format"))
+                return _render_exploration(question, shown, opts, prompt, traj.meta.get("kg_format"))
             prompt = plain
         if not opts.fewshot:
             stripped = _without_fewshot(prompt, fc.role)
             if stripped is None:
                 shown = [t.triplet for t in traj.graph.triplets if t.call < call.index]
-                return _render_exploration(fc.role, question, shown, opts, prompt, traj.meta.get("kg_format"))
+                return _render_exploration(question, shown, opts, prompt, traj.meta.get("kg_format"))
             prompt = stripped
         return prompt
     if not opts.fewshot:

@@ -64,7 +64,7 @@ class ScriptedKnowTrace:
         if forced or not missing:
             thought = gold_thought(chain, item.answer)
             text = outputs.exploration_answer(thought, item.answer)
-            return text[len(answer_prefix()):] if forced else text
+            return text
         pairs = [missing[0].pair]
         if self.rng.random() < self.noise:
             on_chain = {h.pair.entity.lower() for h in chain} | {h.triplet.object.lower() for h in chain}
@@ -88,13 +88,14 @@ class ScriptedKnowTrace:
     def generate(self, requests: Sequence[GenerationRequest]) -> list[Completion]:
         out = []
         for r in requests:
-            p = r.prompt
+            p = r.prompt + r.prefix  # the response prefix the engine sent
             if p.endswith(answer_prefix()):
                 text = self._explore(p, forced=True)
             elif p.endswith(TRIPLETS_HEADER + "\n"):
                 text = self._complete(p)
             else:
                 text = self._explore(p, forced=False)
+            text = text[len(r.prefix):] if r.prefix and text.startswith(r.prefix) else text
             out.append(Completion(text, len(p.split()), len(text.split()), "stop"))
         return out
 

@@ -45,10 +45,8 @@ class Engine:
         from knowtrace_train import prompts
 
         shown = [t.triplet for t in self.graph.triplets]
-        if role == "explore":
+        if role in ("explore", "answer"):  # the forced answer sees the exploration prompt
             return prompts.render_exploration_prompt(self.question, shown, kg_format=self.kg_format)
-        if role == "answer":
-            return prompts.render_answer_prompt(self.question, shown, kg_format=self.kg_format)
         return prompts.render_completion_prompt(pair, [passage(p) for p in passage_ids])
 
     def _call(self, role, rnd, output, **kw) -> ModelCall:
@@ -76,9 +74,8 @@ class Engine:
         return c
 
     def answer(self, rnd, thought, answer, role="explore"):
+        # the forced answer (role "answer") was sent the answer prefix; its output starts with it
         out = outputs.exploration_answer(thought, answer)
-        if role == "answer":  # the forced answer: the prompt ends with the judgement and "Thought:"
-            out = " " + out.split("Thought:", 1)[1].strip()
         return self._call(role, rnd, out, parsed={"sufficient": True, "thought": thought, "answer": answer,
                                                   "pairs": [], "rejected": [], "error": None})
 

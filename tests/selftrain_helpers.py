@@ -73,11 +73,9 @@ class OracleGenerator:
         out: list[Completion | None] = [None] * len(requests)
         rest = []
         for i, r in enumerate(requests):
-            text = self.answers.get(r.prompt) if isinstance(r.prompt, str) else None
-            if text is None and isinstance(r.prompt, str) and r.prompt.endswith(outputs.JUDGEMENT):
-                # the engine sends the judgement words as the start of the output (prefill_judgement)
-                gold = self.answers.get(r.prompt.removesuffix(outputs.JUDGEMENT))
-                text = None if gold is None else gold.removeprefix(outputs.JUDGEMENT)
+            gold = self.answers.get(r.prompt) if isinstance(r.prompt, str) else None
+            # the engine sends the judgement words as the start of the output (request.prefix)
+            text = None if gold is None or not gold.startswith(r.prefix) else gold[len(r.prefix):]
             if text is None:
                 rest.append(i)
             else:

@@ -92,11 +92,13 @@ def test_forced_answer_role():
     rec = _records(traj)
     assert len(rec["answer"]) == 1 and len(rec["explore"]) == 2
     r = rec["answer"][0]
-    assert r["prompt"] == prompts.render_answer_prompt(QUESTION, ALL_ROUND1 + [T_EDUCATED])
-    parsed = parse_exploration(prompts.answer_prefix() + r["completion"])
+    # the forced answer sees the exploration prompt; its output starts with the answer prefix it was sent
+    assert r["prompt"] == prompts.render_exploration_prompt(QUESTION, ALL_ROUND1 + [T_EDUCATED])
+    assert r["completion"].startswith(prompts.answer_prefix())
+    parsed = parse_exploration(r["completion"])
     assert parsed.answered and parsed.answer == ANSWER and parsed.thought == THOUGHT
     rer = _records(traj, rerender=True, fewshot=False)["answer"][0]
-    assert rer["prompt"] == prompts.render_answer_prompt(QUESTION, [T_WROTE, T_EDUCATED], fewshot=False)
+    assert rer["prompt"] == prompts.render_exploration_prompt(QUESTION, [T_WROTE, T_EDUCATED], fewshot=False)
 
 
 # -- rationalization ---------------------------------------------------------------------

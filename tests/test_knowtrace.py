@@ -65,10 +65,10 @@ class ScriptedGenerator:
         out = []
         kinds = []
         for r in requests:
-            parts = prompt_parts(r.prompt)
+            parts = prompt_parts(r.prompt + r.prefix)  # the response prefix the engine sent
             kinds.append((r.role, parts["kind"]))
             text = self.respond(parts, r)
-            if r.prompt.endswith(JUDGEMENT):  # the judgement words were sent: go on after them
+            if r.prefix.endswith(JUDGEMENT):  # the judgement words were sent: go on after them
                 m = re.match(r"^Whether[^\n:]*:", text)
                 text = text[m.end() :] if m else text
             n = len(text.split())
@@ -326,7 +326,8 @@ def test_max_rounds_ends_with_a_forced_answer():
     assert (t.stop_reason, t.rounds, t.prediction, t.thought) == ("max_rounds", 2, "Bern", "I must answer now.")
     assert [c.role for c in t.calls] == ["explore", "complete", "explore", "complete", "answer"]
     last = t.calls[-1]
-    assert last.prompt.endswith(answer_prefix()) and last.round == 2
+    # the exploration prompt, answered after the prefix (judgement Yes, Thought:) that was sent
+    assert last.output.startswith(answer_prefix()) and KG_HEADER in last.prompt and last.round == 2
     assert last.parsed["answer"] == "Bern" and last.error is None
     assert gen.batches[-1] == [("explore", "answer")]  # the forced answer runs on the exploration role
     assert len(t.graph.triplets) == 2
@@ -454,7 +455,7 @@ def test_kg_to_text_runs_as_its_own_role():
         if parts["kind"] == "kg_to_text":
             return " " + " ".join(re.sub(r"[();]", "", line) + "." for line in parts["kg"]) + "\n\nKnowledge triplets:"
         if parts["kind"] == "explore":
-            seen_prompts.append(req.prompt)
+            seen_prompts.append(req.prompt + req.prefix)
         return chain_model(parts, req)
 
     gen = ScriptedGenerator(model)
@@ -473,7 +474,7 @@ def test_paths_rendering_reaches_the_prompt():
 
     def model(parts, req):
         if parts["kind"] == "explore":
-            seen.append(req.prompt)
+            seen.append(req.prompt + req.prefix)
         return chain_model(parts, req)
 
     KnowTrace(KnowTraceConfig(kg_format="paths", passages=1)).run(items()[:1], ScriptedGenerator(model), WordRetriever(WORLD))

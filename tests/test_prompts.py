@@ -19,7 +19,6 @@ from knowtrace_train.prompts import (
     TRIPLETS_HEADER,
     answer_prefix,
     exemplar_names,
-    render_answer_prompt,
     render_completion_prompt,
     render_exploration_prompt,
     render_kg,
@@ -109,9 +108,8 @@ def test_paths_cover_every_triplet_and_branch():
     assert render_paths([]) == "None"
 
 
-def test_answer_prompt_forces_the_judgement():
-    p = render_answer_prompt(Q, KG)
-    assert p.endswith(f"Sorrow Bay)\n{answer_prefix()}")
+def test_answer_prefix_forces_the_judgement():
+    assert answer_prefix().startswith(outputs.JUDGEMENT) and answer_prefix().rstrip().endswith("Thought:")
     r = parse_exploration(answer_prefix() + " Ada Quist was born in Sorrow Bay.\nAnswer: Sorrow Bay")
     assert r.answered and r.answer == "Sorrow Bay" and r.thought == "Ada Quist was born in Sorrow Bay."
 

@@ -63,6 +63,23 @@ def test_chat_prompt_ids_are_the_generators_and_completion_ends_the_turn(real_to
     assert full.startswith(real_tokenizer.decode(prompt_ids + completion_ids))
 
 
+@pytest.mark.parametrize("prompt_format", ["chat", "plain"])
+def test_a_response_prefix_is_fed_where_training_puts_the_completion(real_tokenizer, prompt_format):
+    """The engine sends the judgement words (and the forced answer's "Yes / Thought:") as the start
+    of the answer; the generator must feed them as the start of the completion training saw (in the
+    chat format: inside the assistant turn, not at the end of the user turn)."""
+    from knowtrace_train.generation.prepare import PromptPreparer, RoleAdapters
+    from knowtrace_train.outputs import JUDGEMENT
+
+    prompt = PROMPT if prompt_format == "chat" else PROMPT + "\n"
+    preparer = PromptPreparer(real_tokenizer, prompt_format, 8192, False, RoleAdapters({}))
+    fed = preparer.encode(prompt, prefix=JUDGEMENT)
+    prompt_ids, completion_ids = encode_record(real_tokenizer, prompt, COMPLETION, prompt_format)
+    assert COMPLETION.startswith(JUDGEMENT)
+    assert fed == (prompt_ids + completion_ids)[: len(fed)] and len(fed) > len(prompt_ids)
+    assert preparer.encode(prompt) == prompt_ids
+
+
 def test_chat_messages_prompt_is_accepted(real_tokenizer):
     messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": PROMPT}]
     prompt_ids, _ = encode_record(real_tokenizer, messages, COMPLETION, "chat")

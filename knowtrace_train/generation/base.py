@@ -13,7 +13,10 @@ BASE_ROLE = "base"
 class GenerationRequest:
     """One model call. `prompt` is plain text, or a list of chat messages
     ({"role", "content"}) rendered with the tokenizer's chat template.
-    `role` picks the adapter (explore, complete, answer, ... or `BASE_ROLE`)."""
+    `role` picks the adapter (explore, complete, answer, ... or `BASE_ROLE`).
+    `prefix` is the start of the model's answer: it is fed after the rendered prompt (in the
+    chat format, inside the opened assistant turn, where training puts a completion) and is not
+    part of the returned text."""
 
     prompt: str | tuple[dict[str, str], ...]
     role: str = BASE_ROLE
@@ -21,6 +24,7 @@ class GenerationRequest:
     stop: tuple[str, ...] = ()
     temperature: float = 0.0
     seed: int = 0
+    prefix: str = ""
 
 
 @dataclass(frozen=True)

@@ -92,9 +92,14 @@ class PromptPreparer:
         text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
         return text, True
 
-    def encode(self, prompt: str | Sequence[Mapping[str, str]], where: str = "") -> list[int]:
+    def encode(self, prompt: str | Sequence[Mapping[str, str]], where: str = "", prefix: str = "") -> list[int]:
+        """Token ids of the rendered prompt, then of `prefix` (the start of the answer, tokenized
+        on its own as training tokenizes a completion after its prompt)."""
         text, templated = self.render(prompt, where)
-        return list(self.tokenizer(text, add_special_tokens=not templated)["input_ids"])
+        ids = list(self.tokenizer(text, add_special_tokens=not templated)["input_ids"])
+        if prefix:
+            ids += self.tokenizer(prefix, add_special_tokens=False)["input_ids"]
+        return ids
 
     def prepare(self, requests: Sequence[GenerationRequest]) -> list[PreparedRequest]:
         return [self.prepare_one(i, r) for i, r in enumerate(requests)]
@@ -103,7 +108,7 @@ class PromptPreparer:
         where = f"request {index} (role {req.role!r}): "
         check_request(req, where)
         adapter = self.roles.adapter_for(req.role, where)
-        ids = self.encode(req.prompt, where)
+        ids = self.encode(req.prompt, where, req.prefix)
         if not ids:
             raise GenerationError(f"{where}the prompt renders to no tokens")
         room = self.max_context - req.max_new_tokens
@@ -146,6 +151,8 @@ def check_request(req: GenerationRequest, where: str = "") -> None:
         raise GenerationError(f"{where}max_new_tokens must be a positive integer, got {req.max_new_tokens!r}")
     if req.temperature < 0:
         raise GenerationError(f"{where}temperature must be >= 0, got {req.temperature!r}")
+    if not isinstance(req.prefix, str):
+        raise GenerationError(f"{where}prefix must be a string, got {req.prefix!r}")
     if isinstance(req.stop, str) or any(not isinstance(s, str) or not s for s in req.stop):
         raise GenerationError(f"{where}stop must be a tuple of non-empty strings, got {req.stop!r}")
 

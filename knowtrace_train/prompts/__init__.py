@@ -140,23 +140,11 @@ def render_exploration_prompt(
 
 
 def answer_prefix() -> str:
-    """What the forced answer prompt appends: the judgement fixed to Yes, then `Thought:`."""
+    """How the forced answering call starts its answer: the judgement fixed to Yes, then
+    `Thought:`. The call sends the exploration prompt with this as the response prefix
+    (`GenerationRequest.prefix`), so the model writes only the thought and the answer; the
+    recorded output starts with it."""
     return templates().explore["answer_prefix"]
-
-
-def render_answer_prompt(
-    question: str,
-    triplets: Sequence[Triplet],
-    *,
-    fewshot: bool = True,
-    kg_format: str = "triplets",
-    kg_text: str | None = None,
-) -> str:
-    """The final answering call after the last round: the exploration prompt with the
-    judgement fixed to Yes, so the model writes only the thought and the answer.
-    Parse `answer_prefix() + output` with `parse_exploration`."""
-    prompt = render_exploration_prompt(question, triplets, fewshot=fewshot, kg_format=kg_format, kg_text=kg_text)
-    return prompt + answer_prefix()
 
 
 def render_passage(passage: Passage) -> str:

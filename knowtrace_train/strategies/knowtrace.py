@@ -35,7 +35,6 @@ from knowtrace_train.prompts import (
     KG_FORMATS,
     KG_TO_TEXT_STOP,
     answer_prefix,
-    render_answer_prompt,
     render_completion_prompt,
     render_exploration_prompt,
     render_kg_to_text_prompt,
@@ -319,26 +318,13 @@ class KnowTrace:
         cfg = self.config
         t0 = time.perf_counter()
         dt = self._refresh_kg_text(states, rnd) if cfg.kg_format == "text" else 0.0
-        jobs = [
-            _Job(
-                s,
-                ANSWER,
-                rnd,
-                render_answer_prompt(
-                    s.item.question,
-                    [t.triplet for t in s.traj.graph.triplets],
-                    fewshot=cfg.fewshot.explore,
-                    kg_format=cfg.kg_format,
-                    kg_text=s.kg_text,
-                ),
-            )
-            for s in states
-        ]
+        # the exploration prompt, its answer started with the judgement fixed to Yes and `Thought:`
+        jobs = [_Job(s, ANSWER, rnd, self._exploration_prompt(s), prefill=answer_prefix()) for s in states]
         calls, gen_dt = self._generate(jobs)
         dt += gen_dt
         for job, call in zip(jobs, calls):
             if call.error is None:
-                res = parse_exploration(answer_prefix() + call.output, cut=call.finish_reason == "length")
+                res = parse_exploration(call.output, cut=call.finish_reason == "length")
             else:
                 res = ExplorationResult(error=call.error)
             call.parsed = res.to_dict()
@@ -365,7 +351,8 @@ class KnowTrace:
         cfg = self.config
         requests = [
             GenerationRequest(
-                prompt=j.prompt + j.prefill,
+                prompt=j.prompt,
+                prefix=j.prefill,
                 role=getattr(cfg.roles, j.kind),
                 max_new_tokens=getattr(cfg.max_new_tokens, j.kind),
                 stop=EXPLORE_STOP if j.kind in (EXPLORE, ANSWER) else COMPLETE_STOP if j.kind == COMPLETE else KG_TO_TEXT_STOP,
