@@ -124,6 +124,30 @@ def oracle_factory(run):
     return make
 
 
+#: set by the kill/resume test to a rollout chunk file: once the run has written it, the run waits
+#: (10 minutes), so the test kills it at that exact point whatever the machine's load
+PAUSE_ENV = "KNOWTRACE_TEST_PAUSE_AFTER"
+
+
+def _pause_after_first_part() -> None:
+    import os
+    import time
+
+    from knowtrace_train import rollout
+
+    target = os.environ.get(PAUSE_ENV)
+    if not target:
+        return
+    write = rollout.write_jsonl
+
+    def write_then_pause(path, rows):
+        write(path, rows)
+        if Path(path).resolve() == Path(target).resolve():
+            time.sleep(600)
+
+    rollout.write_jsonl = write_then_pause
+
+
 def main(argv: list[str]) -> int:
     import json
     import logging
@@ -134,6 +158,7 @@ def main(argv: list[str]) -> int:
     from knowtrace_train.selftrain_config import SelfTrainConfig
 
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    _pause_after_first_part()
     config = load_config(SelfTrainConfig, argv[0], argv[1:])
     run = SelfTrain(config, progress=False)
     run.make_generator = oracle_factory(run)

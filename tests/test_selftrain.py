@@ -258,9 +258,12 @@ def test_killed_run_resumes_to_the_same_results(tmp_path, tiny_model_dir):
     assert r.returncode == 0, r.stderr[-3000:]
 
     cut = _config_file(tmp_path, "cut", tiny_model_dir, output_dir=str(tmp_path / "cut"), **values)
-    proc = subprocess.Popen([*script, str(cut)], cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True)
+    # the run waits after writing its first rollout chunk, so the kill lands mid-rollout under any load
+    from selftrain_helpers import PAUSE_ENV
+
     first_chunk = tmp_path / "cut" / "iter_1" / "rollouts.jsonl.parts" / "00000.jsonl"
+    proc = subprocess.Popen([*script, str(cut)], cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True, env={**os.environ, PAUSE_ENV: str(first_chunk)})
     deadline = time.time() + 900
     while not first_chunk.exists() and proc.poll() is None and time.time() < deadline:
         time.sleep(0.05)
