@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import random
 import time
 from dataclasses import dataclass, field
@@ -53,7 +54,7 @@ CALL_KINDS = ("explore", "complete", "answer")
 #: export of "the latest iteration with adapters" must never merge them a second time).
 BOOTSTRAP_ADAPTERS = "bootstrap_adapters"
 #: Config keys a rerun may change without invalidating the run folder.
-RESUMABLE_CHANGES = ("name", "output_dir", "iterations", "generator.progress", "retriever.show_progress")
+RESUMABLE_CHANGES = ("name", "output_dir", "iterations", "threads", "generator.progress", "retriever.show_progress")
 
 
 # -- the models of the loop -------------------------------------------------------------------------
@@ -176,6 +177,7 @@ class SelfTrain:
         """Every stage in order; returns the summary (also written to summary.json)."""
         cfg = self.config
         t0 = time.perf_counter()
+        self._set_threads()
         self._prepare_folder()
         metrics: list[dict[str, Any]] = []
         if cfg.eval_base:
@@ -192,6 +194,21 @@ class SelfTrain:
         summary = self._write_summary(metrics)
         log.info("run finished in %.1fs (this invocation)", time.perf_counter() - t0)
         return summary
+
+    def _set_threads(self) -> None:
+        """torch threads per process: `threads`, or the cores this process may use divided among the
+        processes on this machine. `accelerate launch` without a config sets OMP_NUM_THREADS=1 on
+        CPUs, which left one of two cores idle in the default run."""
+        import torch
+
+        n = self.config.threads
+        if n is None:
+            cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+            local = int(os.environ.get("LOCAL_WORLD_SIZE", self.procs.world) or 1)
+            n = max(1, cores // max(1, local))
+        if torch.get_num_threads() != n:
+            log.info("torch threads: %d (was %d; config threads: %s)", n, torch.get_num_threads(), self.config.threads)
+            torch.set_num_threads(n)
 
     def _emit(self, m: dict[str, Any]) -> None:
         if self.on_metrics is not None and self.procs.is_main:

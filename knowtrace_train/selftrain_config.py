@@ -125,6 +125,9 @@ class SelfTrainConfig:
     eval_base: bool = True
     #: questions per engine batch and per resumable rollout chunk
     chunk_size: int = 16
+    #: torch CPU threads of each process; None: this machine's cores shared among the processes on it.
+    #: (`accelerate launch` without a config sets OMP_NUM_THREADS=1 on CPUs; the run sets its own.)
+    threads: int | None = None
     seed: int = 0
     data: DataConfig = field(default_factory=DataConfig)
     retriever: RetrieverConfig = field(default_factory=RetrieverConfig)
@@ -148,6 +151,8 @@ class SelfTrainConfig:
             raise ValueError(f"on_empty must be one of {list(ON_EMPTY)}, got {self.on_empty!r}")
         if self.chunk_size < 1:
             raise ValueError(f"chunk_size must be >= 1, got {self.chunk_size}")
+        if self.threads is not None and self.threads < 1:
+            raise ValueError(f"threads must be >= 1 or null, got {self.threads}")
         if not self.name or "/" in self.name:
             raise ValueError(f"name must be a non-empty folder name, got {self.name!r}")
 
