@@ -302,3 +302,29 @@ def test_two_processes_with_torchrun(tmp_path, tiny_model_dir):
     assert m["rollout"]["correct"] >= 1 and m["status"] == "trained"
     assert "2 processes" in r.stderr  # the trainer ran data-parallel
     assert not list(d.rglob(".*.tmp*")) and not list(d.rglob("*.parts"))
+
+
+def test_threads_default_to_the_cores_shared_among_local_processes(monkeypatch, tmp_path, tiny_model_dir):
+    """accelerate launch sets OMP_NUM_THREADS=1 on CPUs; the run sets its own thread count."""
+    import os
+
+    import torch
+
+    before = torch.get_num_threads()
+    cfg = load_config(SelfTrainConfig, None, tiny_overrides(tmp_path, tiny_model_dir))
+    cores = len(os.sched_getaffinity(0))
+    try:
+        monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")
+        SelfTrain(cfg, progress=False)._set_threads()
+        assert torch.get_num_threads() == cores
+        monkeypatch.setenv("LOCAL_WORLD_SIZE", str(cores * 2))
+        SelfTrain(cfg, progress=False)._set_threads()
+        assert torch.get_num_threads() == 1
+        cfg.threads = 1
+        monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")
+        SelfTrain(cfg, progress=False)._set_threads()
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)
+    with pytest.raises(ConfigError, match="threads"):
+        load_config(SelfTrainConfig, None, ["--threads", "0"])
