@@ -45,10 +45,19 @@ class Processes:
         world = int(os.environ.get("WORLD_SIZE", "1"))
         if world <= 1:
             return cls()
+        import torch
         from accelerate import PartialState
 
-        state = PartialState()
-        return cls(rank=state.process_index, world=state.num_processes)
+        # accelerate treats a CPU-only launch as distributed only when told `cpu=True` (else every
+        # torchrun process thinks it is the only one, rank 0 of 1, and they all write the same files)
+        state = PartialState(cpu=not torch.cuda.is_available())
+        procs = cls(rank=state.process_index, world=state.num_processes)
+        if procs.world != world:
+            raise RuntimeError(
+                f"launched as {world} processes (WORLD_SIZE) but accelerate sees {procs.world} "
+                f"({state.distributed_type}); refusing to run them as independent writers of one run folder")
+        log.info("process %d of %d (%s, backend %s)", procs.rank, procs.world, state.distributed_type, state.backend)
+        return procs
 
     def barrier(self) -> None:
         if self.world > 1:

@@ -300,6 +300,7 @@ def test_two_processes_with_torchrun(tmp_path, tiny_model_dir):
     assert [t["question_id"] for t in rollouts] == json.loads((d / "questions.json").read_text())["rollout"]
     m = json.loads((d / "iter_1" / "metrics.json").read_text())
     assert m["rollout"]["correct"] >= 1 and m["status"] == "trained"
+    assert "process 1 of 2 (DistributedType.MULTI_CPU" in r.stderr  # accelerate saw both processes
     assert "2 processes" in r.stderr  # the trainer ran data-parallel
     assert not list(d.rglob(".*.tmp*")) and not list(d.rglob("*.parts"))
 
