@@ -1,0 +1,50 @@
+"""Processes.detect: what accelerate is told on CPUs, and a launch it does not see whole."""
+
+from __future__ import annotations
+
+import sys
+import types
+
+import pytest
+
+from knowtrace_train.stages import Processes
+
+
+class FakeState:
+    """Stands in for accelerate.PartialState: records `cpu` and reports a fixed process count."""
+
+    seen: list[bool] = []
+
+    def __init__(self, cpu: bool = False, rank: int = 1, world: int = 2) -> None:
+        FakeState.seen.append(cpu)
+        self.process_index, self.num_processes = (rank, world) if cpu else (0, 1)
+        self.distributed_type = "MULTI_CPU" if cpu else "NO"
+        self.backend = "gloo" if cpu else None
+
+
+@pytest.fixture
+def fake_accelerate(monkeypatch):
+    FakeState.seen = []
+    monkeypatch.setitem(sys.modules, "accelerate", types.SimpleNamespace(PartialState=FakeState))
+    monkeypatch.setattr("torch.cuda.is_available", lambda: False)
+    return FakeState
+
+
+def test_one_process_without_a_launcher(monkeypatch, fake_accelerate):
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    assert Processes.detect() == Processes(rank=0, world=1)
+    assert fake_accelerate.seen == []  # no process group for a plain run
+
+
+def test_cpu_launch_tells_accelerate_cpu(monkeypatch, fake_accelerate):
+    """accelerate 1.15 counts a CPU launch as distributed only with cpu=True (else rank 0 of 1 everywhere)."""
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    p = Processes.detect()
+    assert fake_accelerate.seen == [True]
+    assert (p.rank, p.world, p.is_main) == (1, 2, False)
+
+
+def test_a_launch_accelerate_does_not_see_whole_is_an_error(monkeypatch, fake_accelerate):
+    monkeypatch.setenv("WORLD_SIZE", "4")  # FakeState reports 2
+    with pytest.raises(RuntimeError, match="launched as 4 processes .* accelerate sees 2"):
+        Processes.detect()
