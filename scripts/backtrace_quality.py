@@ -33,6 +33,19 @@ def load_items(path: str) -> list[QAItem]:
     return list(load(path))
 
 
+def pooled_trajectories(paths: list[str]) -> list[Trajectory]:
+    """The trajectories of every file; from the second file on, ids get "@<file index>" so that the
+    same question rolled out in several iterations stays several trajectories."""
+    out = []
+    for k, path in enumerate(paths):
+        for _, d in iter_jsonl(path):
+            t = Trajectory.from_dict(d)
+            if k:
+                t.id = f"{t.id}@{k}"
+            out.append(t)
+    return out
+
+
 def token_counter(spec: str | None):
     """The model's tokenizer (a folder, a hub name or a .gguf file); SmolLM2's GGUF by default."""
     if spec == "words":
@@ -57,14 +70,16 @@ def token_counter(spec: str | None):
 
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rollouts", required=True, help="Trajectory JSONL (recipes/evaluate.py --output)")
+    ap.add_argument("--rollouts", required=True, nargs="+",
+                    help="Trajectory JSONL files (recipes/evaluate.py --output, a run's iter_<z>/rollouts.jsonl); "
+                         "several are pooled")
     ap.add_argument("--items", nargs="*", default=[], help="the items the rollouts ran on (gold evidence)")
     ap.add_argument("--corpus", nargs="*", default=[], help="passage JSONL files (id, title, text)")
     ap.add_argument("--path-rule", choices=PATH_RULES, default=DEFAULT_PATH_RULE)
     ap.add_argument("--tokenizer", default=None, help="tokenizer for FA (default: SmolLM2's GGUF; 'words' counts whitespace words)")
     args = ap.parse_args(argv)
 
-    trajs = [Trajectory.from_dict(d) for _, d in iter_jsonl(args.rollouts)]
+    trajs = pooled_trajectories(args.rollouts)
     items = {it.id: it for path in args.items for it in load_items(path)}
     passages = {p.id: p for it in items.values() for p in it.context}
     for path in args.corpus:

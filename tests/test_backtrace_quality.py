@@ -113,3 +113,15 @@ def test_simulated_rollouts_script(tmp_path):
     res = backtrace_trajectories([traj], {"w1": item}, count_tokens=words)
     q = evidence_quality([traj], res.traces, {"w1": item})
     assert (q["precision"], q["recall"]) == (1.0, 1.0) and q["graph_precision"] == pytest.approx(2 / 3)
+
+
+def test_script_pools_several_rollout_files(tmp_path):
+    """The same question in two iterations' rollouts counts twice (ids tagged by file)."""
+    a, b, items = tmp_path / "a.jsonl", tmp_path / "b.jsonl", tmp_path / "items.jsonl"
+    write_jsonl(a, [appendix_f().to_dict()])
+    write_jsonl(b, [appendix_f().to_dict()])
+    write_jsonl(items, [_item(triples=GOLD_TRIPLES).to_dict()])
+    out = subprocess.run([sys.executable, str(REPO / "scripts" / "backtrace_quality.py"), "--rollouts", str(a), str(b),
+                          "--items", str(items), "--tokenizer", "words"], capture_output=True, text=True, cwd=REPO, check=True).stdout
+    last = json.loads(out.strip().splitlines()[-1])
+    assert last["trajectories"] == 2 and last["correct"] == 2 and last["backtraced"] == 2 and last["with_gold"] == 2
