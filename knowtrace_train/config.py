@@ -40,6 +40,19 @@ class ConfigError(ValueError):
     """A config that does not fit its dataclass; the message names the key and the source."""
 
 
+class TaggedConfig:
+    """A config section whose dataclass is chosen by its `name` key: `section_class(name)` gives the
+    class (a registry lookup), so `strategy: {name: knowtrace, max_rounds: 3}` builds the named
+    method's config. The keys not given keep the default of that class (or the parent's default
+    section where it is of the same class)."""
+
+    name: str
+
+    @classmethod
+    def section_class(cls, name: str) -> type:
+        raise NotImplementedError
+
+
 class _Raw(str):
     """A value as typed on the command line (kept as text for `str` fields)."""
 
@@ -139,6 +152,8 @@ def _convert(value: Any, tp: Any, key: str, src: _Sources, base: Any = None) -> 
     if dataclasses.is_dataclass(tp):
         if not isinstance(value, Mapping):
             raise ConfigError(f"{where}: expected a mapping of {tp.__name__} fields, got {value!r}")
+        if isinstance(tp, type) and issubclass(tp, TaggedConfig):
+            tp, base = _tagged_class(tp, value, key, src, base)
         return _build(tp, value, key, src, base if isinstance(base, tp) else None)
     if tp is bool:
         if not isinstance(value, bool):
@@ -183,6 +198,19 @@ def _convert(value: Any, tp: Any, key: str, src: _Sources, base: Any = None) -> 
             return value
         raise ConfigError(f"{where}: expected {tp.__name__}, got {value!r}")
     return value
+
+
+def _tagged_class(tp: type, value: Mapping[str, Any], key: str, src: _Sources, base: Any) -> tuple[type, Any]:
+    """The class a tagged section names (its `name` key, else the default's name) and the default
+    it starts from (the parent's default where that is of the named class, else none)."""
+    name = value.get("name", getattr(base, "name", None))
+    if name is None:
+        name = next((f.default for f in dataclasses.fields(tp) if f.name == "name"), None)
+    try:
+        cls = tp.section_class(str(name))
+    except ValueError as e:
+        raise ConfigError(f"{src.of(key + '.name')}: {key}.name: {e}") from e
+    return cls, base if type(base) is cls else None
 
 
 def _field_default(f: dataclasses.Field) -> Any:

@@ -1,4 +1,4 @@
-"""Evaluation of KnowTrace on a dataset split: resumable trajectory files, EM/F1 and the paper's cost columns.
+"""Evaluation of any registered method on a dataset split: resumable trajectory files, EM/F1 and the paper's cost columns.
 
 `evaluate(config)` loads the items, builds the corpus, the retriever and the generator,
 skips questions whose trajectory is already in `config.output`, runs the strategy, appends
@@ -20,11 +20,12 @@ from typing import Any, Callable, Sequence
 
 from knowtrace_train.data.schema import Passage, QAItem
 from knowtrace_train.generation import GeneratorConfig
-from knowtrace_train.io import DataFileError, append_jsonl, atomic_write_text
+from knowtrace_train.io import append_jsonl
+from knowtrace_train.methods import StrategyConfig, get_method
+from knowtrace_train.methods.knowtrace import KnowTraceConfig
 from knowtrace_train.metrics import aggregate, score
 from knowtrace_train.retrieval import RetrieverConfig
-from knowtrace_train.strategies.knowtrace import KnowTrace, KnowTraceConfig
-from knowtrace_train.trajectory import Trajectory
+from knowtrace_train.trajectory import Trajectory, read_trajectories
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +66,8 @@ class EvalConfig:
     retriever: RetrieverConfig = field(default_factory=RetrieverConfig)
     #: the model, its adapters per role, batching
     generator: GeneratorConfig = field(default_factory=GeneratorConfig)
-    strategy: KnowTraceConfig = field(default_factory=KnowTraceConfig)
+    #: the method (`name`) and its settings
+    strategy: StrategyConfig = field(default_factory=KnowTraceConfig)
     #: trajectories JSONL; questions already in it are skipped (resume)
     output: str | None = None
     #: questions handed to the engine at once (0: all); smaller chunks lose less on a kill
@@ -98,37 +100,6 @@ def load_eval_config(path: str | Path | None = None, overrides: Sequence[str] = 
     from knowtrace_train.config import load_config
 
     return load_config(EvalConfig, path, list(overrides), aliases=EVAL_ALIASES)
-
-
-# -- resume ---------------------------------------------------------------------------------
-
-
-def read_trajectories(path: str | Path) -> list[Trajectory]:
-    """The trajectories already in `path` (none if it does not exist). A truncated last line
-    (a kill mid-write) is dropped with a warning and cut from the file, so appends stay valid;
-    a bad line elsewhere is an error naming file:line."""
-    path = Path(path)
-    if not path.exists():
-        return []
-    text = path.read_text(encoding="utf-8")
-    lines = text.split("\n")
-    out: list[Trajectory] = []
-    last = max((i for i, line in enumerate(lines) if line.strip()), default=-1)
-    for i, line in enumerate(lines):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-            if not isinstance(obj, dict):
-                raise ValueError(f"expected a JSON object, got {type(obj).__name__}")
-            out.append(Trajectory.from_dict(obj))
-        except (ValueError, TypeError, KeyError) as e:
-            if i == last:
-                log.warning("%s:%d: dropping a truncated last line (%s)", path, i + 1, e)
-                atomic_write_text(path, "\n".join(lines[:i]) + ("\n" if i else ""))
-                break
-            raise DataFileError(f"{path}:{i + 1}: not a trajectory ({e})") from e
-    return out
 
 
 # -- the run --------------------------------------------------------------------------------
@@ -223,7 +194,7 @@ def evaluate(
 
             set_threads(config.threads)
             generator = build_generator(config.generator)
-        engine = KnowTrace(config.strategy)
+        engine = get_method(config.strategy.name).strategy(config.strategy)
         bar = _progress(len(todo), progress)
 
         def finished(t: Trajectory) -> None:

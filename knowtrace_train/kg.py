@@ -6,12 +6,21 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
+from knowtrace_train.metrics import normalize_answer
+
 
 def normalize_entity(name: str) -> str:
-    """Key under which two spellings of an entity are the same node (case, spaces, articles)."""
+    """Key under which two spellings of an entity are the same node of the graph (case, spaces,
+    a leading article, edge punctuation): what de-duplicates triplets and guidance pairs."""
     s = re.sub(r"\s+", " ", name.strip().casefold())
     s = re.sub(r"^(the|a|an) ", "", s)
     return s.strip(" .,;:'\"")
+
+
+def entity_key(name: str) -> str:
+    """The looser key under which answers and graph entities are matched (target entities, path
+    search, evidence quality): the official answer normalisation (case, punctuation, articles, spaces)."""
+    return normalize_answer(name)
 
 
 @dataclass(frozen=True)
@@ -133,7 +142,7 @@ class KnowledgeGraph:
 
 # -- The three ways to put a graph into a prompt (paper, Section 3.2) -------------------
 # KG-to-Triplets and KG-to-Paths are plain functions here; KG-to-Text is a model call
-# (the `kg_to_text` role) whose prompt lives in knowtrace_train.prompts.
+# (the `kg_to_text` role) whose prompt lives in knowtrace_train.methods.knowtrace.prompts.
 
 #: What an empty graph renders as in a prompt.
 EMPTY_KG = "None"

@@ -36,7 +36,7 @@ def table_row(m: dict[str, Any]) -> str:
     it = m.get("iteration")
     ev = m.get("eval") or {}
     roll = m.get("rollout") or {}
-    bt = m.get("backtrace") or {}
+    bt = m.get("rationale") or {}
     sft = m.get("sft_records") or {}
     train = m.get("train") or {}
     if it == "base":
@@ -72,20 +72,20 @@ def summarize_run(config, run_dir: Path, metrics: Sequence[dict[str, Any]]) -> d
     base = next((m for m in metrics if m.get("iteration") == "base"), None)
     boot = next((m for m in metrics if m.get("iteration") == 0), None)
     iters = [m for m in metrics if isinstance(m.get("iteration"), int) and m["iteration"] > 0]
-    phases = {"rollout": 0.0, "backtrace": 0.0, "train": 0.0, "eval": 0.0, "bootstrap": 0.0}
+    phases = {"rollout": 0.0, "rationalize": 0.0, "train": 0.0, "eval": 0.0, "bootstrap": 0.0}
     for m in metrics:
         secs = m.get("seconds", {})
         if m.get("iteration") == 0:
             phases["bootstrap"] += sum(v for k, v in secs.items() if k != "eval")
             phases["eval"] += secs.get("eval", 0.0)
         else:
-            for k in ("rollout", "backtrace", "train", "eval"):
+            for k in ("rollout", "rationalize", "train", "eval"):
                 phases[k] += secs.get(k, 0.0)
     phases = {k: round(v, 1) for k, v in phases.items()}
     phases["total"] = round(sum(phases.values()), 1)
     rows = []
     for m in iters:
-        ev, bt, roll = m.get("eval") or {}, m.get("backtrace") or {}, m.get("rollout") or {}
+        ev, bt, roll = m.get("eval") or {}, m.get("rationale") or {}, m.get("rollout") or {}
         rows.append({
             "iteration": m["iteration"],
             "status": m.get("status"),
@@ -102,6 +102,7 @@ def summarize_run(config, run_dir: Path, metrics: Sequence[dict[str, Any]]) -> d
     return {
         "run_dir": str(run_dir),
         "name": config.name,
+        "method": config.strategy.name,
         "mode": config.mode,
         "model": config.generator.model,
         "iterations_planned": config.iterations,
@@ -158,8 +159,9 @@ def series(summary: dict[str, Any]) -> tuple[list[int], list[float | None], list
 
 
 def label(summary: dict[str, Any]) -> str:
-    kind = "KnowTrace* (backtracing)" if summary.get("mode") == "backtrace" else "Non-Backtracing (STaR)"
-    return f"{kind}: {summary.get('name')}"
+    method = summary.get("method", "knowtrace")
+    kind = "backtracing" if summary.get("mode") == "backtrace" else "non-backtracing (STaR)"
+    return f"{method} {kind}: {summary.get('name')}"
 
 
 def plot_runs(summaries: Sequence[dict[str, Any]], out: str | Path, title: str = "") -> Path:

@@ -3,10 +3,17 @@
 from __future__ import annotations
 
 import dataclasses
+import json
+import logging
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+from knowtrace_train.io import DataFileError, atomic_write_text
 from knowtrace_train.kg import GuidancePair, KnowledgeGraph
+from knowtrace_train.metrics import exact_match
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -88,3 +95,38 @@ class Trajectory:
         d["graph"] = KnowledgeGraph.from_dict(d.get("graph") or {})
         names = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in d.items() if k in names})
+
+
+def is_correct(traj: Trajectory) -> bool:
+    """Exact match of the prediction (the trajectory's own `em` where scoring filled it)."""
+    if traj.em is not None:
+        return traj.em >= 1.0
+    return bool(traj.prediction) and any(exact_match(traj.prediction or "", a) for a in traj.answers)
+
+
+def read_trajectories(path: str | Path) -> list[Trajectory]:
+    """The trajectories already in `path` (none if it does not exist). A truncated last line
+    (a kill mid-write) is dropped with a warning and cut from the file, so appends stay valid;
+    a bad line elsewhere is an error naming file:line."""
+    path = Path(path)
+    if not path.exists():
+        return []
+    text = path.read_text(encoding="utf-8")
+    lines = text.split("\n")
+    out: list[Trajectory] = []
+    last = max((i for i, line in enumerate(lines) if line.strip()), default=-1)
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+            if not isinstance(obj, dict):
+                raise ValueError(f"expected a JSON object, got {type(obj).__name__}")
+            out.append(Trajectory.from_dict(obj))
+        except (ValueError, TypeError, KeyError) as e:
+            if i == last:
+                log.warning("%s:%d: dropping a truncated last line (%s)", path, i + 1, e)
+                atomic_write_text(path, "\n".join(lines[:i]) + ("\n" if i else ""))
+                break
+            raise DataFileError(f"{path}:{i + 1}: not a trajectory ({e})") from e
+    return out

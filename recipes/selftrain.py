@@ -35,7 +35,7 @@ from knowtrace_train.config import (  # noqa: E402
 )
 from knowtrace_train.report import headline, table_header, table_row  # noqa: E402
 from knowtrace_train.selftrain import SelfTrain  # noqa: E402
-from knowtrace_train.selftrain_config import SelfTrainConfig  # noqa: E402
+from knowtrace_train.selftrain.config import SelfTrainConfig  # noqa: E402
 
 
 def load(config_path: str | None, overrides: list[str]) -> SelfTrainConfig:

@@ -18,8 +18,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from knowtrace_train.backtrace import DEFAULT_PATH_RULE, PATH_RULES, backtrace_trajectories  # noqa: E402
-from knowtrace_train.backtrace_quality import evidence_quality  # noqa: E402
+from knowtrace_train.methods.knowtrace.backtrace import DEFAULT_PATH_RULE, PATH_RULES, backtrace_trajectories  # noqa: E402
+from knowtrace_train.methods.knowtrace.quality import evidence_quality  # noqa: E402
 from knowtrace_train.data.schema import Passage, QAItem  # noqa: E402
 from knowtrace_train.io import iter_jsonl  # noqa: E402
 from knowtrace_train.trajectory import Trajectory  # noqa: E402

@@ -27,17 +27,17 @@ from typing import Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from knowtrace_train import outputs  # noqa: E402
+from knowtrace_train.methods.knowtrace import outputs  # noqa: E402
 from knowtrace_train.data.corpus import read_corpus  # noqa: E402
 from knowtrace_train.data.loaders import load_items  # noqa: E402
 from knowtrace_train.generation.base import Completion, GenerationRequest  # noqa: E402
-from knowtrace_train.gold_trajectories import gold_chain, gold_thought  # noqa: E402
+from knowtrace_train.methods.knowtrace.gold import gold_chain, gold_thought  # noqa: E402
 from knowtrace_train.io import write_jsonl  # noqa: E402
 from knowtrace_train.kg import GuidancePair, Triplet  # noqa: E402
 from knowtrace_train.metrics import score  # noqa: E402
-from knowtrace_train.prompts import KG_HEADER, QUESTION, TRIPLETS_HEADER, answer_prefix, render_passage  # noqa: E402
+from knowtrace_train.methods.knowtrace.prompts import KG_HEADER, QUESTION, TRIPLETS_HEADER, answer_prefix, render_passage  # noqa: E402
 from knowtrace_train.retrieval import RetrieverConfig, build_retriever  # noqa: E402
-from knowtrace_train.strategies.knowtrace import KnowTrace, KnowTraceConfig  # noqa: E402
+from knowtrace_train.methods.knowtrace import KnowTrace, KnowTraceConfig  # noqa: E402
 
 
 class ScriptedKnowTrace:

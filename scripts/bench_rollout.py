@@ -28,7 +28,7 @@ from knowtrace_train.evaluate import load_corpus, load_eval_config, load_eval_it
 from knowtrace_train.generation import GenerationRequest, build_generator  # noqa: E402
 from knowtrace_train.metrics import normalize_answer  # noqa: E402
 from knowtrace_train.retrieval import build_retriever  # noqa: E402
-from knowtrace_train.strategies.knowtrace import KnowTrace  # noqa: E402
+from knowtrace_train.methods.knowtrace import KnowTrace  # noqa: E402
 
 TARGET = 4.0
 

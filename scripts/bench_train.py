@@ -4,7 +4,7 @@
 
 (a) reference: TRL's defaults as SFTConfig gives them (bf16 autocast, gradient checkpointing, batch 8 padded
     to the longest record, TRL tokenizing the conversational prompt/completion records itself), LoRA as ours;
-(b) ours: knowtrace_train.train.train_role with LoraTrainConfig defaults (precision "auto": bf16 where the
+(b) ours: knowtrace_train.train.lora.train_role with LoraTrainConfig defaults (precision "auto": bf16 where the
     CPU or GPU has it natively, else fp32; one record per forward pass, so no pad token; no checkpointing),
     one optimizer step over --our-records records; --also-fp32 adds the same in fp32.
 Both train SmolLM2-135M-Instruct on the same ~100 templated KnowTrace exploration/completion records (in the
@@ -28,8 +28,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from knowtrace_train.kg import GuidancePair, Triplet  # noqa: E402
-from knowtrace_train.outputs import completion as completion_text  # noqa: E402
-from knowtrace_train.outputs import exploration_answer, exploration_guidance  # noqa: E402
+from knowtrace_train.methods.knowtrace.outputs import completion as completion_text  # noqa: E402
+from knowtrace_train.methods.knowtrace.outputs import exploration_answer, exploration_guidance  # noqa: E402
 
 EXPLORE_INSTRUCTION = """Answer a question that needs several retrieval steps. The knowledge collected so far is given as triplets (subject entity; relation; object entity).
 First judge: Whether the given knowledge triplets are sufficient for answering: Yes or No
@@ -167,7 +167,7 @@ def run_reference(model_dir: Path, records: list[dict], steps: int, lora, seed: 
     from datasets import Dataset
     from trl import SFTConfig
 
-    from knowtrace_train.train import counting_trainer_class
+    from knowtrace_train.train.lora import counting_trainer_class
 
     data = Dataset.from_list(
         [{"prompt": [{"role": "user", "content": r["prompt"]}],
@@ -192,7 +192,7 @@ def run_reference(model_dir: Path, records: list[dict], steps: int, lora, seed: 
 
 
 def run_ours(model_dir: Path, records: list[dict], n_records: int, seed: int, precision: str = "auto") -> dict:
-    from knowtrace_train.train import LoraTrainConfig, train_role
+    from knowtrace_train.train.lora import LoraTrainConfig, train_role
 
     batch = LoraTrainConfig().per_device_batch_size
     config = LoraTrainConfig(
@@ -227,7 +227,7 @@ def main() -> None:
     import torch
     from transformers import AutoTokenizer
 
-    from knowtrace_train.train import LoraTrainConfig, load_records, lora_config, tokenize_records
+    from knowtrace_train.train.lora import LoraTrainConfig, load_records, lora_config, tokenize_records
 
     if args.threads:
         torch.set_num_threads(args.threads)

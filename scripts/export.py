@@ -15,7 +15,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from knowtrace_train.export import ExportError, export_run  # noqa: E402
+from knowtrace_train.train.export import ExportError, export_run  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import random
 
-from knowtrace_train import outputs
+from knowtrace_train.methods.knowtrace import outputs
 from knowtrace_train.data.schema import Passage
 from knowtrace_train.kg import GuidancePair, KnowledgeGraph, TracedTriplet, Triplet
 from knowtrace_train.trajectory import ModelCall, Trajectory
@@ -42,7 +42,7 @@ class Engine:
     def prompt(self, role, pair=None, passage_ids=()) -> str:
         if not self.real_prompts:
             return f"<{role} prompt {len(self.calls)}>"
-        from knowtrace_train import prompts
+        from knowtrace_train.methods.knowtrace import prompts
 
         shown = [t.triplet for t in self.graph.triplets]
         if role in ("explore", "answer"):  # the forced answer sees the exploration prompt

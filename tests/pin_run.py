@@ -52,7 +52,7 @@ def pinned_files(tmp: Path, model_dir: Path) -> dict[str, str]:
     }
     for f in sorted((rd / "iter_1").glob("sft_*.jsonl")):
         out[f"iter_1_{f.name}"] = f.read_text(encoding="utf-8")
-    out["iter_1_backtrace.json"] = (rd / "iter_1" / "backtrace.json").read_text(encoding="utf-8")
+    out["iter_1_rationale.json"] = (rd / "iter_1" / "rationale.json").read_text(encoding="utf-8")
     out.update(extra_records(run))
     return out
 

@@ -20,7 +20,7 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from knowtrace_train import outputs  # noqa: E402
+from knowtrace_train.methods.knowtrace import outputs  # noqa: E402
 from knowtrace_train.generation.base import Completion, GenerationRequest  # noqa: E402
 from knowtrace_train.kg import GuidancePair  # noqa: E402
 
@@ -93,7 +93,7 @@ class OracleGenerator:
 
 def oracle_answers(run) -> dict[str, str]:
     """prompt -> gold output over the run's rollout and dev questions (with the run's retriever)."""
-    from knowtrace_train.gold_trajectories import gold_trajectories
+    from knowtrace_train.methods.knowtrace.gold import gold_trajectories
 
     cfg = run.config
     items = run.questions.rollout + run.questions.dev
@@ -128,7 +128,7 @@ def pinned_run_config(tmp: Path, model_dir: Path):
     """The run tests/pin_run.py pins: the tiny config, no bootstrap, one backtracing iteration (few-shot
     prompts throughout, which the oracle knows: the untrained M0 runs the strategy's exemplars)."""
     from knowtrace_train.config import load_config
-    from knowtrace_train.selftrain_config import SelfTrainConfig
+    from knowtrace_train.selftrain.config import SelfTrainConfig
 
     return load_config(SelfTrainConfig, None, tiny_overrides(
         tmp, model_dir, iterations=1, fewshot_trained=True,
@@ -140,10 +140,10 @@ def star_and_gold_records(run) -> dict[str, str]:
     questions after the rollout ones, as JSONL text per role."""
     import json
 
-    from knowtrace_train.backtrace import backtrace_trajectories
+    from knowtrace_train.methods.knowtrace.backtrace import backtrace_trajectories
     from knowtrace_train.data.loaders import load_items
-    from knowtrace_train.evaluate import read_trajectories
-    from knowtrace_train.gold_trajectories import gold_trajectory_records
+    from knowtrace_train.trajectory import read_trajectories
+    from knowtrace_train.methods.knowtrace.gold import gold_trajectory_records
 
     def jsonl(rows) -> str:
         return "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
@@ -172,7 +172,7 @@ def _pause_after_first_part() -> None:
     import os
     import time
 
-    from knowtrace_train import rollout
+    from knowtrace_train.selftrain import rollout
 
     target = os.environ.get(PAUSE_ENV)
     if not target:
@@ -194,7 +194,7 @@ def main(argv: list[str]) -> int:
     from knowtrace_train.config import load_config
     from knowtrace_train.report import headline
     from knowtrace_train.selftrain import SelfTrain
-    from knowtrace_train.selftrain_config import SelfTrainConfig
+    from knowtrace_train.selftrain.config import SelfTrainConfig
 
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     _pause_after_first_part()

@@ -6,12 +6,12 @@ import pytest
 
 from backtrace_fixtures import (ANSWER, PAIR_SCHOOL, PAIR_WHERE, PAIR_WHO, QUESTION, RIOTING, T_EDUCATED,
                                 T_INDUSTRIALIST, T_LOCATED, T_WROTE, THOUGHT, Engine, appendix_f, words)
-from knowtrace_train import outputs
-from knowtrace_train.backtrace import (
-    PATH_RULES, backtrace, backtrace_trajectories, entity_key, evidence_subgraph, filter_trajectory,
+from knowtrace_train.methods.knowtrace import outputs
+from knowtrace_train.methods.knowtrace.backtrace import (
+    PATH_RULES, backtrace, backtrace_trajectories, evidence_subgraph, filter_trajectory,
     find_target_entities, initial_entity_keys,
 )
-from knowtrace_train.kg import GuidancePair, KnowledgeGraph, TracedTriplet, Triplet
+from knowtrace_train.kg import GuidancePair, KnowledgeGraph, TracedTriplet, Triplet, entity_key
 
 
 def test_target_entities_longest_first():

@@ -9,14 +9,14 @@ from typing import Sequence
 
 import pytest
 
-from knowtrace_train import outputs, prompts
-from knowtrace_train.backtrace import PATH_RULES, backtrace_trajectories
+from knowtrace_train.methods.knowtrace import outputs, prompts
+from knowtrace_train.methods.knowtrace.backtrace import PATH_RULES, backtrace_trajectories
 from knowtrace_train.data.schema import GoldEvidence, Passage, QAItem, passage_id
 from knowtrace_train.generation.base import Completion, GenerationRequest
 from knowtrace_train.kg import GuidancePair, Triplet
-from knowtrace_train.rationalization import hinted_items
+from knowtrace_train.methods.hints import hinted_items
 from knowtrace_train.retrieval.base import ScoredPassage, check_search_args
-from knowtrace_train.strategies.knowtrace import KnowTrace, KnowTraceConfig
+from knowtrace_train.methods.knowtrace import KnowTrace, KnowTraceConfig
 from knowtrace_train.trajectory import Trajectory
 
 
@@ -155,7 +155,7 @@ def test_engine_rationalization_round_trip():
 
 
 def test_hinted_rerun_trajectories_have_their_own_ids():
-    from knowtrace_train.backtrace_quality import evidence_quality
+    from knowtrace_train.methods.knowtrace.quality import evidence_quality
 
     plain, hinted = rollout([ITEM, *hinted_items([ITEM])])
     assert (plain.id, plain.question_id) == ("f1", "f1")

@@ -7,11 +7,11 @@ import pytest
 
 from backtrace_fixtures import (ANSWER, PAIR_SCHOOL, PAIR_WHO, QUESTION, T_EDUCATED, T_INDUSTRIALIST, T_LOCATED,
                                 T_WROTE, THOUGHT, appendix_f, passage, words)
-from knowtrace_train import prompts
-from knowtrace_train.backtrace import backtrace_trajectories
+from knowtrace_train.methods.knowtrace import prompts
+from knowtrace_train.methods.knowtrace.backtrace import backtrace_trajectories
 from knowtrace_train.data.schema import QAItem
-from knowtrace_train.parsing import parse_exploration
-from knowtrace_train.rationalization import hinted_items, hinted_question, is_hinted, mentions_hint, unhint_prompt
+from knowtrace_train.methods.knowtrace.parsing import parse_exploration
+from knowtrace_train.methods.hints import hinted_items, hinted_question, is_hinted, mentions_hint, unhint_prompt
 
 ALL_ROUND1 = [T_WROTE, T_INDUSTRIALIST, T_LOCATED]
 
@@ -117,7 +117,7 @@ def test_hint_round_trip():
 
 
 def test_trajectory_id_tells_a_hinted_rerun():
-    from knowtrace_train.rationalization import trajectory_id
+    from knowtrace_train.methods.hints import trajectory_id
 
     (h,) = hinted_items([ITEM])
     assert trajectory_id(ITEM) == "t1" and trajectory_id(h) == "t1#hint"
@@ -149,7 +149,7 @@ def test_a_thought_leaning_on_the_hint_is_not_trained(mode):
 
 
 def test_items_to_rationalize_are_the_unsolved_ones_hinted():
-    from knowtrace_train.rationalization import items_to_rationalize
+    from knowtrace_train.methods.hints import items_to_rationalize
 
     right, wrong = appendix_f(), appendix_f()
     wrong.question_id, wrong.em = "t2", 0.0

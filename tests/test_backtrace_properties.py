@@ -6,8 +6,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from backtrace_fixtures import random_trajectory, words
-from knowtrace_train.backtrace import PATH_RULES, backtrace, backtrace_trajectories
-from knowtrace_train.parsing import parse_completion, parse_exploration
+from knowtrace_train.methods.knowtrace.backtrace import PATH_RULES, backtrace, backtrace_trajectories
+from knowtrace_train.methods.knowtrace.parsing import parse_completion, parse_exploration
 from knowtrace_train.trajectory import ModelCall
 
 seeds = st.integers(min_value=0, max_value=10_000)

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from backtrace_fixtures import ANSWER, QUESTION, appendix_f, passage, words
-from knowtrace_train.backtrace import PATH_RULES, backtrace_trajectories
-from knowtrace_train.backtrace_quality import evidence_quality, precision_recall, source_passages
+from knowtrace_train.methods.knowtrace.backtrace import PATH_RULES, backtrace_trajectories
+from knowtrace_train.methods.knowtrace.quality import evidence_quality, precision_recall, source_passages
 from knowtrace_train.data.schema import GoldEvidence, Passage, QAItem
 from knowtrace_train.io import write_jsonl
 

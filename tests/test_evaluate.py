@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from knowtrace_train.evaluate import EvalConfig, evaluate, load_eval_config, read_trajectories, summarize
+from knowtrace_train.evaluate import EvalConfig, evaluate, load_eval_config, summarize
 from knowtrace_train.io import DataFileError, write_jsonl
+from knowtrace_train.trajectory import read_trajectories
 
 from test_knowtrace import FACTS, QUESTIONS, WORLD, ScriptedGenerator, WordRetriever, chain_model
 

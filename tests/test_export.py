@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from knowtrace_train.export import (
+from knowtrace_train.train.export import (
     ExportCheckError,
     ExportError,
     _compare,
@@ -19,7 +19,7 @@ from knowtrace_train.export import (
     sample_prompts,
 )
 from knowtrace_train.io import write_jsonl
-from knowtrace_train.train import LoraTrainConfig, merge_adapters_into_base, render_prompt_ids, train_role
+from knowtrace_train.train.lora import LoraTrainConfig, merge_adapters_into_base, render_prompt_ids, train_role
 
 REPO = Path(__file__).resolve().parents[1]
 SFT = [

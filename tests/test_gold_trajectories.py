@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from knowtrace_train import prompts
+from knowtrace_train.methods.knowtrace import prompts
 from knowtrace_train.data.schema import GoldEvidence, Passage, QAItem, SubQuestion, passage_id
-from knowtrace_train.gold_trajectories import (NO_CHAIN, UNSUPPORTED_HOP, gold_chain, gold_thought,
+from knowtrace_train.methods.knowtrace.gold import (NO_CHAIN, UNSUPPORTED_HOP, gold_chain, gold_thought,
                                                gold_trajectory_records)
 from knowtrace_train.kg import GuidancePair, Triplet
-from knowtrace_train.parsing import parse_completion, parse_exploration
+from knowtrace_train.methods.knowtrace.parsing import parse_completion, parse_exploration
 from knowtrace_train.retrieval.base import ScoredPassage, check_search_args
 
 

@@ -11,11 +11,11 @@ import pytest
 from knowtrace_train.data.schema import Passage, QAItem, passage_id
 from knowtrace_train.generation.base import Completion, GenerationError, GenerationRequest
 from knowtrace_train.kg import GuidancePair, Triplet
-from knowtrace_train.outputs import JUDGEMENT
-from knowtrace_train.prompts import KG_HEADER, TRIPLETS_HEADER, answer_prefix, render_passage
+from knowtrace_train.methods.knowtrace.outputs import JUDGEMENT
+from knowtrace_train.methods.knowtrace.prompts import KG_HEADER, TRIPLETS_HEADER, answer_prefix, render_passage
 from knowtrace_train.retrieval.base import RetrievalError, ScoredPassage, check_search_args
-from knowtrace_train.strategies.base import Strategy
-from knowtrace_train.strategies.knowtrace import KnowTrace, KnowTraceConfig
+from knowtrace_train.methods.base import Strategy
+from knowtrace_train.methods.knowtrace import KnowTrace, KnowTraceConfig
 from knowtrace_train.trajectory import Trajectory
 
 J = JUDGEMENT

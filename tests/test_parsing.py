@@ -6,9 +6,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from knowtrace_train import outputs
+from knowtrace_train.methods.knowtrace import outputs
 from knowtrace_train.kg import GuidancePair, Triplet
-from knowtrace_train.parsing import is_vague, parse_completion, parse_exploration, parse_kg_text
+from knowtrace_train.methods.knowtrace.parsing import is_vague, parse_completion, parse_exploration, parse_kg_text
 
 # -- canonical texts read back exactly --------------------------------------------------
 

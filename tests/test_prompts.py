@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from knowtrace_train import outputs
+from knowtrace_train.methods.knowtrace import outputs
 from knowtrace_train.data.schema import Passage
 from knowtrace_train.kg import GuidancePair, Triplet, kg_paths, render_paths, render_triplets
-from knowtrace_train.parsing import parse_completion, parse_exploration
-from knowtrace_train.prompts import (
+from knowtrace_train.methods.knowtrace.parsing import parse_completion, parse_exploration
+from knowtrace_train.methods.knowtrace.prompts import (
     COMPLETE_STOP,
     EXPLORE_STOP,
     KG_HEADER,

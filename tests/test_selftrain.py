@@ -12,7 +12,7 @@ import pytest
 from knowtrace_train.config import ConfigError, load_config
 from knowtrace_train.report import headline, load_run, table_header, table_row
 from knowtrace_train.selftrain import SelfTrain, check_same_config
-from knowtrace_train.selftrain_config import SelfTrainConfig
+from knowtrace_train.selftrain.config import SelfTrainConfig
 
 from selftrain_helpers import oracle_factory, tiny_overrides
 
@@ -120,17 +120,17 @@ def test_loop_two_iterations_on_the_tiny_model(tmp_path, tiny_model_dir):
     assert (d / "iter_0/bootstrap_adapters/bootstrap/adapter_config.json").is_file() and not (d / "iter_0/adapters").exists()
     for z in (1, 2):
         it = d / f"iter_{z}"
-        for f in ["rollouts.jsonl", "backtrace.json", "sft_explore.jsonl", "sft_complete.jsonl", "sft_answer.jsonl",
+        for f in ["rollouts.jsonl", "rationale.json", "sft_explore.jsonl", "sft_complete.jsonl", "sft_answer.jsonl",
                   "eval.jsonl", "metrics.json", "adapters/explore/adapter_config.json",
                   "adapters/complete/adapter_config.json"]:
             assert (it / f).is_file(), f"iter_{z}/{f}"
-        for stage in ["rollout", "backtrace", "train_explore", "train_complete", "eval"]:
+        for stage in ["rollout", "rationalize", "train_explore", "train_complete", "eval"]:
             assert (it / f"DONE.{stage}").is_file()
         assert not (it / "rollouts.jsonl.parts").exists()
         m = json.loads((it / "metrics.json").read_text())
         assert m["status"] == "trained" and m["rollout"]["questions"] == 6
         # the oracle answers the short questions, and asks one unavailing pair that backtracing filters
-        assert m["rollout"]["correct"] >= 1 and 0 < m["backtrace"]["fa_ratio"] < 1
+        assert m["rollout"]["correct"] >= 1 and 0 < m["rationale"]["fa_ratio"] < 1
         assert m["sft_records"]["explore"] > 0 and m["sft_records"]["complete"] > 0
         assert m["train"]["explore"]["records"] == m["sft_records"]["explore"]
         assert m["adapters"] == {"explore": f"iter_{z}/adapters/explore", "complete": f"iter_{z}/adapters/complete"}

@@ -1,4 +1,4 @@
-"""Chunked, resumable rollouts (knowtrace_train.rollout) on scripted outputs: no model needed."""
+"""Chunked, resumable rollouts (knowtrace_train.selftrain.rollout) on scripted outputs: no model needed."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import json
 import pytest
 
 from knowtrace_train.data.schema import QAItem
-from knowtrace_train.rollout import parts_dir, run_rollouts
+from knowtrace_train.selftrain.rollout import parts_dir, run_rollouts
 from knowtrace_train.stages import StageRunner, is_done, read_done
-from knowtrace_train.strategies.knowtrace import KnowTraceConfig
+from knowtrace_train.methods.knowtrace import KnowTraceConfig
 
 from test_knowtrace import QUESTIONS, WORLD, ScriptedGenerator, WordRetriever, chain_model
 

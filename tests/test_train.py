@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from knowtrace_train import train as train_mod
-from knowtrace_train.train import (
+from knowtrace_train.train import lora as train_mod
+from knowtrace_train.train.lora import (
     TRAINING_INFO,
     LoraTrainConfig,
     SFTRecordError,
@@ -69,7 +69,7 @@ def test_a_response_prefix_is_fed_where_training_puts_the_completion(real_tokeni
     of the answer; the generator must feed them as the start of the completion training saw (in the
     chat format: inside the assistant turn, not at the end of the user turn)."""
     from knowtrace_train.generation.prepare import PromptPreparer, RoleAdapters
-    from knowtrace_train.outputs import JUDGEMENT
+    from knowtrace_train.methods.knowtrace.outputs import JUDGEMENT
 
     prompt = PROMPT if prompt_format == "chat" else PROMPT + "\n"
     preparer = PromptPreparer(real_tokenizer, prompt_format, 8192, False, RoleAdapters({}))
@@ -286,7 +286,7 @@ def test_packing_trains_every_token_once_in_fewer_steps(tiny_model_dir, tmp_path
 DDP_SCRIPT = """
 import json, sys
 from pathlib import Path
-from knowtrace_train.train import LoraTrainConfig, train_role
+from knowtrace_train.train.lora import LoraTrainConfig, train_role
 
 model, out, result_dir = sys.argv[1:4]
 records = [{"prompt": f"Question: Who founded the company Brand{i}?\\nAnswer with a triplet.",

@@ -3,7 +3,7 @@
 The templates follow the paper's Appendix D (shortened for small models); the instructions
 and the 4 few-shot exemplars of each prompt are data files beside this module
 (explore.yaml, complete.yaml, kg_to_text.yaml). Exemplar outputs are rendered with
-`knowtrace_train.outputs`, the same texts the parser reads back and SFT targets write.
+`knowtrace_train.methods.knowtrace.outputs`, the same texts the parser reads back and SFT targets write.
 `fewshot=False` renders the same prompt without the exemplars (for trained adapters).
 """
 
@@ -16,7 +16,7 @@ from typing import Any, Sequence
 
 import yaml
 
-from knowtrace_train import outputs
+from knowtrace_train.methods.knowtrace import outputs
 from knowtrace_train.data.schema import Passage
 from knowtrace_train.kg import EMPTY_KG, GuidancePair, Triplet, render_paths, render_triplets
 

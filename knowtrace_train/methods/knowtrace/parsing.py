@@ -1,6 +1,6 @@
 """Model output -> typed exploration decisions and completion triplets; never raises on model text.
 
-Reads back exactly what `knowtrace_train.outputs` writes, and tolerates what small models
+Reads back exactly what `knowtrace_train.methods.knowtrace.outputs` writes, and tolerates what small models
 really write: numbered or starred lines, commas or pipes instead of semicolons, missing
 parentheses, extra prose, repeated lines, the paper's own variant headers (Appendix F).
 Vague triplets ("not found", "N/A", "none", template placeholders) are rejected, and every

@@ -1,4 +1,4 @@
-"""Rollouts: KnowTrace over a list of questions in fixed chunks, resumable, split across processes.
+"""Rollouts: a method over a list of questions in fixed chunks, resumable, split across processes.
 
 The questions are cut into chunks of `chunk_size` in their given order. Each chunk is one batch of
 the engine (so a resumed run feeds the model exactly the batches an uninterrupted one did, and
@@ -17,14 +17,13 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from knowtrace_train.data.schema import QAItem
-from knowtrace_train.evaluate import read_trajectories
 from knowtrace_train.generation.base import Generator
 from knowtrace_train.io import write_jsonl
+from knowtrace_train.methods import StrategyConfig, get_method
 from knowtrace_train.metrics import score
 from knowtrace_train.retrieval.base import Retriever
 from knowtrace_train.stages import Processes
-from knowtrace_train.strategies.knowtrace import KnowTrace, KnowTraceConfig
-from knowtrace_train.trajectory import Trajectory
+from knowtrace_train.trajectory import Trajectory, read_trajectories
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +35,7 @@ def parts_dir(out: Path) -> Path:
 def run_rollouts(
     items: Sequence[QAItem],
     out: str | Path,
-    strategy: KnowTraceConfig,
+    strategy: StrategyConfig,
     make_generator: Callable[[], Generator],
     retriever: Retriever,
     *,
@@ -62,7 +61,7 @@ def run_rollouts(
         raise ValueError(f"{out} holds other questions than this stage's; remove it to rerun the stage")
 
     parts = parts_dir(out)
-    engine = KnowTrace(strategy)
+    engine = get_method(strategy.name).strategy(strategy)
     generator: Generator | None = None
     chunks = [list(items[i : i + chunk_size]) for i in range(0, len(items), chunk_size)]
     bar = _bar(len(items), desc, progress and procs.is_main)

@@ -21,15 +21,17 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from knowtrace_train.data.schema import Passage, QAItem
 from knowtrace_train.generation.base import Completion, GenerationError, GenerationRequest, Generator
 from knowtrace_train.kg import GuidancePair, TracedTriplet
-from knowtrace_train.outputs import JUDGEMENT
-from knowtrace_train.parsing import ExplorationResult, parse_completion, parse_exploration, parse_kg_text
-from knowtrace_train.prompts import (
+from knowtrace_train.methods.hints import trajectory_id
+from knowtrace_train.methods.knowtrace.config import ANSWER, COMPLETE, EXPLORE, KG_TO_TEXT, STRATEGY_NAME, KnowTraceConfig
+from knowtrace_train.methods.knowtrace.outputs import JUDGEMENT
+from knowtrace_train.methods.knowtrace.parsing import ExplorationResult, parse_completion, parse_exploration, parse_kg_text
+from knowtrace_train.methods.knowtrace.prompts import (
     COMPLETE_STOP,
     EXPLORE_STOP,
     KG_FORMATS,
@@ -40,85 +42,10 @@ from knowtrace_train.prompts import (
     render_kg_to_text_prompt,
     render_passage,
 )
-from knowtrace_train.rationalization import trajectory_id
 from knowtrace_train.retrieval.base import RetrievalError, Retriever, ScoredPassage, pair_to_query
 from knowtrace_train.trajectory import ModelCall, Trajectory
 
 log = logging.getLogger(__name__)
-
-STRATEGY_NAME = "knowtrace"
-
-#: Call kinds recorded in ModelCall.role.
-EXPLORE, COMPLETE, ANSWER, KG_TO_TEXT = "explore", "complete", "answer", "kg_to_text"
-
-
-@dataclass
-class FewShotConfig:
-    """Whether each prompt carries its 4 exemplars (trained adapters run without them)."""
-
-    explore: bool = True  # also the forced answer prompt
-    complete: bool = True
-    kg_to_text: bool = True
-
-
-@dataclass
-class MaxNewTokensConfig:
-    """Generation budget per call kind. Stop strings end a well-formed call earlier; the
-    budget bounds what a small model's repetition loops cost (a completion that repeats its
-    triplet until the limit is common with a 135M model)."""
-
-    explore: int = 80
-    complete: int = 64
-    answer: int = 64
-    kg_to_text: int = 96
-
-
-@dataclass
-class RoleConfig:
-    """The generator role (adapter) each call kind is sent with. The forced answer is an
-    exploration that concludes, so by default it runs on the exploration role."""
-
-    explore: str = "explore"
-    complete: str = "complete"
-    answer: str = "explore"
-    kg_to_text: str = "kg_to_text"
-
-
-@dataclass
-class KnowTraceConfig:
-    #: L, the most exploration rounds per question (the paper's maximum expansion rounds)
-    max_rounds: int = 5
-    #: N, passages retrieved per guidance pair (the paper uses 5)
-    passages: int = 5
-    #: how the graph is put into the exploration prompt: triplets (default), paths or text
-    kg_format: str = "triplets"
-    #: guidance pairs kept per exploration (the first ones); 0 keeps all
-    max_pairs: int = 5
-    fewshot: FewShotConfig = field(default_factory=FewShotConfig)
-    max_new_tokens: MaxNewTokensConfig = field(default_factory=MaxNewTokensConfig)
-    roles: RoleConfig = field(default_factory=RoleConfig)
-    #: send the judgement words ("Whether the given knowledge triplets are sufficient for
-    #: answering:") as the start of each exploration's answer, so the model only decides Yes/No
-    #: and goes on; a small model otherwise often keeps listing the graph's triplets. The words
-    #: are recorded as the start of ModelCall.output (prompt + output is the exact text), so
-    #: the recorded prompt is the rendered one and the output is the canonical text.
-    prefill_judgement: bool = True
-    temperature: float = 0.0
-    seed: int = 0
-
-    def __post_init__(self) -> None:
-        if self.max_rounds < 1:
-            raise ValueError(f"max_rounds must be >= 1, got {self.max_rounds}")
-        if self.passages < 1:
-            raise ValueError(f"passages must be >= 1, got {self.passages}")
-        if self.kg_format not in KG_FORMATS:
-            raise ValueError(f"kg_format must be one of {list(KG_FORMATS)}, got {self.kg_format!r}")
-        if self.max_pairs < 0:
-            raise ValueError(f"max_pairs must be >= 0, got {self.max_pairs}")
-        for name in ("explore", "complete", "answer", "kg_to_text"):
-            if getattr(self.max_new_tokens, name) < 1:
-                raise ValueError(f"max_new_tokens.{name} must be >= 1")
-
 
 @dataclass
 class _State:

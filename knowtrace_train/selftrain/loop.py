@@ -39,37 +39,20 @@ from typing import Any, Callable, Mapping, Sequence
 
 from knowtrace_train.config import ConfigError, config_to_dict, dump_config, read_yaml
 from knowtrace_train.data.schema import Passage, QAItem
-from knowtrace_train.evaluate import EvalConfig, load_corpus, read_trajectories, summarize
+from knowtrace_train.evaluate import EvalConfig, load_corpus, summarize
 from knowtrace_train.io import iter_jsonl, write_json, write_jsonl
-from knowtrace_train.rollout import run_rollouts
-from knowtrace_train.selftrain_config import SelfTrainConfig
+from knowtrace_train.methods import Method, StrategyConfig, get_method
+from knowtrace_train.selftrain.bootstrap import Bootstrap
+from knowtrace_train.selftrain.config import SelfTrainConfig
+from knowtrace_train.selftrain.models import ModelState, read_records
+from knowtrace_train.selftrain.rollout import run_rollouts
 from knowtrace_train.stages import Processes, StageRunner
-from knowtrace_train.strategies.knowtrace import FewShotConfig, KnowTraceConfig
+from knowtrace_train.trajectory import read_trajectories
 
 log = logging.getLogger(__name__)
 
-#: Call kinds whose records backtracing and gold trajectories write (sft_<kind>.jsonl).
-CALL_KINDS = ("explore", "complete", "answer")
-#: Where the bootstrap's adapters go: not iter_0/adapters/, as they are merged into M0 already (an
-#: export of "the latest iteration with adapters" must never merge them a second time).
-BOOTSTRAP_ADAPTERS = "bootstrap_adapters"
 #: Config keys a rerun may change without invalidating the run folder.
 RESUMABLE_CHANGES = ("name", "output_dir", "iterations", "threads", "generator.progress", "retriever.show_progress")
-
-
-# -- the models of the loop -------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ModelState:
-    """A model of the loop: weights (`model`, a folder or alias) and the adapter of each role.
-    `trained` names the generator roles whose weights were trained (by the bootstrap or an adapter):
-    their prompts follow `fewshot_trained`; untrained roles keep the strategy's exemplars."""
-
-    name: str
-    model: str
-    adapters: Mapping[str, str] = field(default_factory=dict)
-    trained: frozenset[str] = frozenset()
 
 
 # -- question selection -----------------------------------------------------------------------------
@@ -114,7 +97,7 @@ def select_questions(config: SelfTrainConfig, bootstrap: bool) -> Questions:
 # -- the run ----------------------------------------------------------------------------------------
 
 
-class SelfTrain:
+class SelfTrain(Bootstrap):
     """One self-training run in its folder. `run()` walks every stage, skipping the finished ones."""
 
     def __init__(
@@ -240,31 +223,27 @@ class SelfTrain:
         self.items_by_id = {it.id: it for it in self.questions.all_items}
 
     # -- models -----------------------------------------------------------------------------------
+    @property
+    def method(self) -> Method:
+        """The registered method the config's `strategy.name` names."""
+        return get_method(self.config.strategy.name)
+
+    def record_kinds(self) -> list[str]:
+        """The call kinds whose records the method writes (sft_<kind>.jsonl)."""
+        return list(self.method.record_roles(self.config.strategy))
+
     def used_roles(self) -> set[str]:
-        r = self.config.strategy.roles
-        used = {r.explore, r.complete, r.answer}
-        if self.config.strategy.kg_format == "text":
-            used.add(r.kg_to_text)
-        return used
+        return self.method.generator_roles(self.config.strategy)
 
     def generator_config(self, state: ModelState):
         adapters = {k: str(v) for k, v in state.adapters.items()}
         base_roles = tuple(sorted(self.used_roles() - set(adapters))) if adapters else ()
         return dataclasses.replace(self.config.generator, model=state.model, adapters=adapters, base_roles=base_roles)
 
-    def strategy_config(self, state: ModelState, seed: int) -> KnowTraceConfig:
-        s = self.config.strategy
-        ft = self.config.fewshot_trained
-
-        def shots(role: str, configured: bool) -> bool:
-            return ft if role in state.trained else configured
-
-        fewshot = FewShotConfig(
-            explore=shots(s.roles.explore, s.fewshot.explore),
-            complete=shots(s.roles.complete, s.fewshot.complete),
-            kg_to_text=shots(s.roles.kg_to_text, s.fewshot.kg_to_text),
-        )
-        return dataclasses.replace(s, fewshot=fewshot, seed=seed)
+    def strategy_config(self, state: ModelState, seed: int) -> StrategyConfig:
+        """The strategy settings `state` runs with (the method's prompts for trained roles) and `seed`."""
+        cfg = self.config
+        return self.method.with_seed(self.method.for_model(cfg.strategy, state.trained, cfg.fewshot_trained), seed)
 
     def _rollout(self, state: ModelState, items: Sequence[QAItem], out: Path, seed: int, desc: str,
                  iteration: int | None) -> dict[str, Any]:
@@ -308,124 +287,12 @@ class SelfTrain:
         self._emit(m)
         return m
 
-    # -- M0: the bootstrap (iteration 0) or the raw base ------------------------------------------
-    def _m0(self, metrics: list[dict[str, Any]]) -> ModelState:
-        cfg = self.config
-        if cfg.bootstrap.mode == "always":
-            bootstrap = True
-        elif cfg.bootstrap.mode == "never":
-            bootstrap = False
-        else:
-            bootstrap = self._probe()
-        if not bootstrap:
-            self._write_m0(str(self.base_path), bootstrapped=False)
-            return self.raw_base()
-        m, state = self._bootstrap()
-        metrics.append(m)
-        self._emit(m)
-        return state
-
-    def _probe(self) -> bool:
-        """Bootstrap "auto": whether the raw base answers too few of the first train questions."""
-        cfg = self.config
-        folder = self.run_dir / "base"
-        items = self.questions.rollout[: cfg.bootstrap.probe_questions]
-        info = self.stages.run(folder, "probe", lambda: self._rollout(
-            self.raw_base(), items, folder / "probe.jsonl", cfg.strategy.seed, "probe (raw base)", None))
-        need = info["em"] < cfg.bootstrap.min_em
-        log.info("bootstrap auto: the raw base answers %.3f of %d train questions (threshold %.3f): %s",
-                 info["em"], info["questions"], cfg.bootstrap.min_em, "bootstrapping" if need else "no bootstrap")
-        return need
-
-    def _bootstrap(self) -> tuple[dict[str, Any], ModelState]:
-        cfg = self.config
-        folder = self.run_dir / "iter_0"
-        roles = cfg.strategy.roles
-        gold = self.stages.run(folder, "gold", lambda: self._gold(folder))
-        records = {k: _read_records(folder / f"sft_{k}.jsonl") for k in CALL_KINDS}
-        if cfg.bootstrap.joint:
-            groups = {"bootstrap": [r for k in CALL_KINDS for r in records[k]]}
-        else:
-            groups = self._records_per_adapter(records)
-        train_info = {}
-        for i, (adapter, recs) in enumerate(groups.items()):
-            train_info[adapter] = self.stages.run(folder, f"train_{adapter}", lambda a=adapter, r=recs, i=i: self._train(
-                folder, a, r, self.base_path, cfg.bootstrap.train, seed=cfg.seed * 1000 + i, subdir=BOOTSTRAP_ADAPTERS))
-        trained = [a for a, t in train_info.items() if t.get("records", 0) > 0]
-        if not trained:
-            raise ValueError(f"bootstrap: no gold trajectory could be built from {len(self.questions.bootstrap)} "
-                             f"train questions ({gold.get('skipped')}); set bootstrap.mode: never or check the data")
-        merge = self.stages.run(folder, "merge", lambda: self._merge(folder, [folder / BOOTSTRAP_ADAPTERS / a for a in trained]))
-        state = ModelState(name="M0", model=str(folder / "model"), trained=frozenset({roles.explore, roles.complete}))
-        ev = self._eval(folder, state, cfg.strategy.seed, 0)
-        m = {
-            "iteration": 0,
-            "model": "M0 (bootstrapped)",
-            "gold": gold,
-            "sft_records": {k: len(v) for k, v in records.items()},
-            "train": train_info,
-            "eval": ev,
-            "seconds": {
-                "gold": gold["seconds"],
-                "train": sum(t["seconds"] for t in train_info.values()),
-                "merge": merge["seconds"],
-                "eval": ev["seconds"],
-            },
-        }
-        if self.procs.is_main:
-            write_json(folder / "metrics.json", m)
-        return m, state
-
-    def _gold(self, folder: Path) -> dict[str, Any]:
-        from knowtrace_train.gold_trajectories import gold_trajectory_records
-
-        cfg = self.config
-        info: dict[str, Any] = {}
-        if self.procs.is_main:
-            res = gold_trajectory_records(
-                self.questions.bootstrap, self.retriever, k=cfg.strategy.passages, fewshot=cfg.fewshot_trained,
-                kg_format=cfg.strategy.kg_format, require_support=cfg.bootstrap.require_support,
-                count_tokens=self.count_tokens, iteration=0,
-            )
-            for k in CALL_KINDS:
-                write_jsonl(folder / f"sft_{k}.jsonl", res.records_by_role.get(k, []))
-            write_json(folder / "gold.json", res.stats)
-            info = {"items": res.stats["items"], "trajectories": res.stats["trajectories"],
-                    "skipped": res.stats["skipped"], "records": res.stats["records"]}
-        return self.procs.broadcast(info)
-
-    def _merge(self, folder: Path, adapters: list[Path]) -> dict[str, Any]:
-        from knowtrace_train.train import merge_adapters_into_base
-
-        if self.procs.is_main:
-            merge_adapters_into_base(self.base_path, adapters, folder / "model")
-            self._write_m0(str(folder / "model"), bootstrapped=True)
-        return {"adapters": [a.name for a in adapters]}
-
-    def _write_m0(self, model: str, bootstrapped: bool) -> None:
-        if not self.procs.is_main:
-            return
-        p = Path(model)
-        try:
-            shown = str(p.resolve().relative_to(self.run_dir.resolve()))
-        except ValueError:
-            shown = str(p)
-        write_json(self.run_dir / "m0.json", {
-            "path": shown,
-            "base_model": str(self.base_path),
-            "bootstrapped": bootstrapped,
-            "prompt_format": self.config.generator.prompt_format,
-            "fewshot": self.config.fewshot_trained if bootstrapped else config_to_dict(self.config.strategy.fewshot),
-            "roles": config_to_dict(self.config.strategy.roles),
-        })
-
     # -- one iteration ----------------------------------------------------------------------------
     def _records_per_adapter(self, records: Mapping[str, list[dict[str, Any]]]) -> dict[str, list[dict[str, Any]]]:
         """Records of each call kind go to the adapter of the role that kind runs with."""
-        roles = self.config.strategy.roles
-        out: dict[str, list[dict[str, Any]]] = {roles.explore: [], roles.complete: []}
-        for kind in CALL_KINDS:
-            out[getattr(roles, kind)].extend(records.get(kind, []))
+        out: dict[str, list[dict[str, Any]]] = {}
+        for kind, adapter in self.method.record_roles(self.config.strategy).items():
+            out.setdefault(adapter, []).extend(records.get(kind, []))
         return out
 
     def _iteration(self, z: int, prev: ModelState, m0: ModelState) -> tuple[dict[str, Any], ModelState, bool]:
@@ -434,8 +301,8 @@ class SelfTrain:
         seed = cfg.strategy.seed + z
         roll = self.stages.run(folder, "rollout", lambda: self._rollout(
             prev, self.questions.rollout, folder / "rollouts.jsonl", seed, f"iter {z} rollout", z))
-        bt = self.stages.run(folder, "backtrace", lambda: self._backtrace(folder, z))
-        records = {k: _read_records(folder / f"sft_{k}.jsonl") for k in CALL_KINDS}
+        bt = self.stages.run(folder, "rationalize", lambda: self._rationalize(folder, z))
+        records = {k: read_records(folder / f"sft_{k}.jsonl") for k in self.record_kinds()}
         groups = self._records_per_adapter(records)
         base = Path(m0.model) if m0.name == "M0" else self.base_path
         train_info: dict[str, dict[str, Any]] = {}
@@ -461,7 +328,7 @@ class SelfTrain:
             "model": state.name,
             "status": status,
             "rollout": roll,
-            "backtrace": bt,
+            "rationale": bt,
             "sft_records": {a: len(r) for a, r in groups.items()},
             "train": train_info,
             "adapters": {a: str(Path(p).relative_to(self.run_dir)) if _inside(p, self.run_dir) else p
@@ -469,7 +336,7 @@ class SelfTrain:
             "eval": ev,
             "seconds": {
                 "rollout": roll["seconds"],
-                "backtrace": bt["seconds"],
+                "rationalize": bt["seconds"],
                 "train": sum(t["seconds"] for t in train_info.values()),
                 "eval": ev["seconds"] if ev else 0.0,
             },
@@ -479,34 +346,30 @@ class SelfTrain:
         self.procs.barrier()
         return m, state, stop
 
-    def _backtrace(self, folder: Path, z: int) -> dict[str, Any]:
-        from knowtrace_train.backtrace import backtrace_trajectories
-
+    def _rationalize(self, folder: Path, z: int) -> dict[str, Any]:
+        """Correct rollouts -> sft_<kind>.jsonl with the rationalizer `mode` names, and rationale.json."""
         cfg = self.config
         info: dict[str, Any] = {}
         if self.procs.is_main:
-            trajs = read_trajectories(folder / "rollouts.jsonl")
-            res = backtrace_trajectories(
-                trajs, self.items_by_id, count_tokens=self.count_tokens, mode=cfg.mode, path_rule=cfg.path_rule,
-                fewshot=cfg.fewshot_trained, iteration=z, passages={p.id: p for p in self.corpus},
+            rationalize = self.method.rationalizers()[cfg.mode]
+            res = rationalize(
+                read_trajectories(folder / "rollouts.jsonl"), self.items_by_id, strategy=cfg.strategy,
+                count_tokens=self.count_tokens, fewshot=cfg.fewshot_trained, iteration=z,
+                passages={p.id: p for p in self.corpus},
             )
-            for k in CALL_KINDS:
-                write_jsonl(folder / f"sft_{k}.jsonl", res.records_by_role.get(k, []))
-            write_json(folder / "backtrace.json", res.stats)
+            self._write_records(folder, res.records_by_role)
+            write_json(folder / "rationale.json", res.stats)
             st = res.stats
-            info = {
-                "mode": st["mode"],
-                "trajectories": st["trajectories"],
-                "correct": st["correct"],
-                "backtraced": st["backtraced"],
-                "skipped": st["skipped"],
-                "fa_ratio": st["fa_ratio"],
-                "fa_by_role": {r: v["fa_ratio"] for r, v in st["roles"].items()},
-                "tokens_all": st["tokens_all"],
-                "tokens_filtered": st["tokens_filtered"],
-                "records": st["records"],
-            }
+            info = {k: st.get(k) for k in ("mode", "trajectories", "correct", "backtraced", "skipped", "fa_ratio",
+                                            "tokens_all", "tokens_filtered", "records")}
+            info["fa_by_role"] = {r: v.get("fa_ratio") for r, v in st.get("roles", {}).items()}
         return self.procs.broadcast(info)
+
+    def _write_records(self, folder: Path, records_by_role: Mapping[str, list[dict[str, Any]]]) -> None:
+        """sft_<kind>.jsonl for every record kind of the method (empty files included) and any other
+        kind the records name."""
+        for k in dict.fromkeys([*self.record_kinds(), *records_by_role]):
+            write_jsonl(folder / f"sft_{k}.jsonl", records_by_role.get(k, []))
 
     def _train(self, folder: Path, adapter: str, records: list[dict[str, Any]], base: Path, tc, seed: int,
                subdir: str = "adapters") -> dict[str, Any]:
@@ -518,7 +381,7 @@ class SelfTrain:
         if not rows:
             log.warning("%s: no records for the %s adapter; the role runs on M0", folder.name, adapter)
             return {"records": 0, "empty_completions": empty}
-        from knowtrace_train.train import train_role
+        from knowtrace_train.train.lora import train_role
 
         res = train_role(base, rows, folder / subdir / adapter, dataclasses.replace(tc, seed=seed), role=adapter)
         return {
@@ -545,10 +408,6 @@ class SelfTrain:
 
 
 # -- helpers ----------------------------------------------------------------------------------------
-
-
-def _read_records(path: Path) -> list[dict[str, Any]]:
-    return [obj for _, obj in iter_jsonl(path)] if path.is_file() else []
 
 
 def _inside(p: str | Path, folder: Path) -> bool:

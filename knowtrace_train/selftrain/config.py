@@ -12,12 +12,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from knowtrace_train.backtrace import DEFAULT_PATH_RULE, MODES, PATH_RULES
 from knowtrace_train.evaluate import CorpusConfig
 from knowtrace_train.generation import GeneratorConfig
+from knowtrace_train.methods import StrategyConfig, get_method
+from knowtrace_train.methods.knowtrace import KnowTraceConfig, MaxNewTokensConfig
 from knowtrace_train.retrieval import RetrieverConfig
-from knowtrace_train.strategies.knowtrace import KnowTraceConfig, MaxNewTokensConfig
-from knowtrace_train.train import LoraTrainConfig
+from knowtrace_train.train.lora import LoraTrainConfig
 
 BOOTSTRAP_MODES = ("auto", "always", "never")
 ON_EMPTY = ("stop", "continue")
@@ -112,9 +112,9 @@ class SelfTrainConfig:
     output_dir: str | None = None
     #: Z, self-training iterations
     iterations: int = 2
-    #: "backtrace" (KnowTrace*: filtered generations) or "star" (non-backtracing: correct trajectories whole)
+    #: the rationalizer of the method: "backtrace" (KnowTrace*: filtered generations) or "star"
+    #: (non-backtracing: correct trajectories whole; every method has it)
     mode: str = "backtrace"
-    path_rule: str = DEFAULT_PATH_RULE
     #: whether trained models' prompts (SFT prompts, then rollouts and evaluation) carry the few-shot
     #: exemplars; the raw base always runs with `strategy.fewshot`
     fewshot_trained: bool = False
@@ -132,7 +132,8 @@ class SelfTrainConfig:
     data: DataConfig = field(default_factory=DataConfig)
     retriever: RetrieverConfig = field(default_factory=RetrieverConfig)
     generator: GeneratorConfig = field(default_factory=_generator)
-    strategy: KnowTraceConfig = field(default_factory=_strategy)
+    #: the method (`name`) and its settings
+    strategy: StrategyConfig = field(default_factory=_strategy)
     #: LoRA training of the exploration and completion adapters of every iteration (from M0)
     train: LoraTrainConfig = field(default_factory=lambda: _lora(epochs=2.0))
     bootstrap: BootstrapConfig = field(default_factory=BootstrapConfig)
@@ -143,10 +144,9 @@ class SelfTrainConfig:
     def __post_init__(self) -> None:
         if self.iterations < 0:
             raise ValueError(f"iterations must be >= 0, got {self.iterations}")
-        if self.mode not in MODES:
-            raise ValueError(f"mode must be one of {list(MODES)}, got {self.mode!r}")
-        if self.path_rule not in PATH_RULES:
-            raise ValueError(f"path_rule must be one of {list(PATH_RULES)}, got {self.path_rule!r}")
+        modes = get_method(self.strategy.name).rationalizers()
+        if self.mode not in modes:
+            raise ValueError(f"mode must be one of {list(modes)} for method {self.strategy.name!r}, got {self.mode!r}")
         if self.on_empty not in ON_EMPTY:
             raise ValueError(f"on_empty must be one of {list(ON_EMPTY)}, got {self.on_empty!r}")
         if self.chunk_size < 1:
@@ -170,13 +170,7 @@ class SelfTrainConfig:
                 raise ValueError(f"grid.{key} must be a non-empty list of values")
         if self.generator.adapters:
             raise ValueError("generator.adapters must be empty: the loop sets each iteration's adapters itself")
-        roles = self.strategy.roles
-        if roles.explore == roles.complete:
-            raise ValueError("strategy.roles.explore and strategy.roles.complete must name two adapters")
-        if roles.answer not in (roles.explore, roles.complete):
-            raise ValueError("strategy.roles.answer must be the exploration or the completion role")
-        if self.strategy.kg_format == "text" and roles.kg_to_text in (roles.explore, roles.complete):
-            raise ValueError("strategy.roles.kg_to_text must be a role of its own (it runs on M0)")
+        get_method(self.strategy.name).validate_for_training(self.strategy)
         for name in ("train", "dev"):
             if not Path(getattr(self.data, name)).is_file():
                 raise ValueError(f"data.{name}: no such file {getattr(self.data, name)!r}")

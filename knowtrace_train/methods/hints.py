@@ -1,4 +1,4 @@
-"""Rationalization (STaR, Section 3.2): rerun wrong questions with the gold answer as a hint,
+"""Hinted reruns (STaR's rationalization, Section 3.2), for any method: rerun wrong questions with the gold answer as a hint,
 then train on the correct reruns as if the hint had never been there.
 
 The hint is appended to the question text, so every strategy runs a hinted item unchanged.
@@ -16,6 +16,7 @@ import re
 from typing import Iterable
 
 from knowtrace_train.data.schema import QAItem
+from knowtrace_train.trajectory import is_correct
 
 HINT_TEMPLATE = "{question} (Hint: the answer is {answer}.)"
 #: appended to the item id to make the trajectory id of a hinted rerun
@@ -64,8 +65,6 @@ def mentions_hint(text: str | None) -> bool:
 def items_to_rationalize(trajectories: Iterable, items_by_id: dict[str, QAItem]) -> list[QAItem]:
     """Hinted items for the questions that no trajectory answered correctly (in first-seen
     order); their rerun's trajectories go to backtracing beside the others."""
-    from knowtrace_train.backtrace import is_correct
-
     solved: set[str] = set()
     order: list[str] = []
     for t in trajectories:

@@ -1,0 +1,128 @@
+"""What a method is: its config section, its Strategy (QAItems -> Trajectories) and its Rationalizers (-> SFT records).
+
+A method registers one `Method` object (knowtrace_train.methods.METHODS). The loops ask it for the
+rest: `selftrain` and `evaluate` read `strategy: {name: <method>, ...its settings}`, build the strategy,
+train one adapter per generator role its records name, and rationalize correct trajectories with
+the rationalizer the run's `mode` names ("star", generic, works for every method; a method may add
+its own, as KnowTrace adds "backtrace"). A method never imports the loops.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
+
+from knowtrace_train.config import TaggedConfig
+from knowtrace_train.data.schema import Passage, QAItem
+from knowtrace_train.generation.base import Generator
+from knowtrace_train.retrieval.base import Retriever
+from knowtrace_train.trajectory import Trajectory
+
+
+@dataclass
+class StrategyConfig(TaggedConfig):
+    """The settings every method has; a method's config class extends it. The `name` key picks the
+    class when a config file is read (`strategy: {name: knowtrace, max_rounds: 3}`)."""
+
+    #: the method: a name registered in knowtrace_train.methods (knowtrace, ...)
+    name: str = "knowtrace"
+    #: seed of the method's random choices (the loop sets it per iteration)
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.name:
+            raise ValueError("strategy.name must name a method")
+
+    @classmethod
+    def section_class(cls, name: str) -> type:
+        from knowtrace_train.methods import get_method
+
+        return get_method(name).config_class
+
+
+class Strategy(Protocol):
+    """A method that turns QAItems into Trajectories over the shared parts. It advances many
+    questions together (batched calls) and hands each finished Trajectory to `on_done` as soon as
+    it is finished, so a caller can persist it before the rest of the batch ends."""
+
+    name: str
+
+    def run(
+        self,
+        items: Sequence[QAItem],
+        generator: Generator,
+        retriever: Retriever,
+        on_done: Callable[[Trajectory], None] | None = None,
+    ) -> list[Trajectory]: ...
+
+
+class Rationale(Protocol):
+    """What a rationalizer returns: SFT records per record kind ({"prompt", "completion", "role",
+    "trajectory_id", "iteration"}) and JSON-able statistics with at least `mode`, `trajectories`,
+    `correct`, `skipped`, `records`, `tokens_all`, `tokens_filtered`, `fa_ratio` (None where the
+    rationalizer filters nothing) and `roles` ({kind: {"fa_ratio", ...}})."""
+
+    records_by_role: dict[str, list[dict[str, Any]]]
+    stats: dict[str, Any]
+
+
+class Rationalizer(Protocol):
+    """Correct trajectories -> SFT records per record kind, and the FA ratio."""
+
+    def __call__(
+        self,
+        trajectories: Iterable[Trajectory],
+        items_by_id: Mapping[str, QAItem],
+        *,
+        strategy: StrategyConfig,
+        count_tokens: Callable[[str], int],
+        fewshot: bool,
+        iteration: int | None,
+        passages: Mapping[str, Passage],
+    ) -> Rationale: ...
+
+
+class Method:
+    """A method's registry entry. Subclasses set `name` and `config_class` and implement `strategy`
+    and `record_roles`; the other hooks have defaults that fit a method with no exemplars to drop,
+    no gold trajectories and only the generic STaR rationalizer."""
+
+    name: str = ""
+    config_class: type[StrategyConfig] = StrategyConfig
+
+    def strategy(self, config: StrategyConfig) -> Strategy:
+        raise NotImplementedError
+
+    def record_roles(self, config: StrategyConfig) -> dict[str, str]:
+        """Record kind (a ModelCall.role whose outputs are trained) -> the generator role (adapter)
+        its records train. Two kinds may share an adapter (KnowTrace's forced answer trains the
+        exploration adapter)."""
+        raise NotImplementedError
+
+    def generator_roles(self, config: StrategyConfig) -> set[str]:
+        """Every generator role the strategy sends requests with (roles without a trained adapter
+        run on the base weights)."""
+        return set(self.record_roles(config).values())
+
+    def rationalizers(self) -> dict[str, Rationalizer]:
+        """The rationalizers a run's `mode` may name."""
+        from knowtrace_train.methods.star import star_records
+
+        return {"star": star_records}
+
+    def for_model(self, config: StrategyConfig, trained: frozenset[str], fewshot_trained: bool) -> StrategyConfig:
+        """The settings a model runs with, given the generator roles whose weights were trained
+        (KnowTrace drops the exemplars of trained roles' prompts)."""
+        return config
+
+    def gold_records(self, config: StrategyConfig, items: Sequence[QAItem], retriever: Retriever, *,
+                     fewshot: bool, require_support: bool, count_tokens: Callable[[str], int],
+                     iteration: int | None) -> Rationale:
+        """SFT records of the ideal trajectories the items' gold evidence implies (the bootstrap)."""
+        raise ValueError(f"method {self.name!r} has no gold trajectories: set bootstrap.mode: never")
+
+    def validate_for_training(self, config: StrategyConfig) -> None:
+        """Cross-field rules the self-training loop needs (an adapter per role); raise ValueError."""
+
+    def with_seed(self, config: StrategyConfig, seed: int) -> StrategyConfig:
+        return replace(config, seed=seed)

@@ -1,0 +1,101 @@
+"""KnowTrace (the paper's method): exploration and completion over a traced graph, backtracing, gold trajectories.
+
+    config.py      KnowTraceConfig and the call kinds
+    engine.py      Algorithm 1 as a batched rollout engine (`KnowTrace`)
+    prompts/       the Appendix D prompts as data files; outputs.py: the canonical output texts
+    parsing.py     tolerant parsing of model outputs
+    backtrace/     targets, paths, filters, training prompts, records: the "backtrace" rationalizer
+    gold.py        gold trajectories (the bootstrap's records)
+    quality.py     backtracing against gold evidence (an analysis tool)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, Sequence
+
+from knowtrace_train.data.schema import QAItem
+from knowtrace_train.methods.base import Method, Rationalizer
+from knowtrace_train.methods.knowtrace.config import (
+    ANSWER,
+    COMPLETE,
+    EXPLORE,
+    KG_TO_TEXT,
+    RECORD_KINDS,
+    STRATEGY_NAME,
+    FewShotConfig,
+    KnowTraceConfig,
+    MaxNewTokensConfig,
+    RoleConfig,
+)
+from knowtrace_train.methods.knowtrace.engine import KnowTrace
+from knowtrace_train.retrieval.base import Retriever
+
+
+def backtrace_records(trajectories, items_by_id, *, strategy: KnowTraceConfig, count_tokens, fewshot, iteration,
+                      passages, mode: str = "backtrace"):
+    """The rationalizer of mode "backtrace" (and KnowTrace's "star": the same accounting, nothing filtered)."""
+    from knowtrace_train.methods.knowtrace.backtrace import backtrace_trajectories
+
+    return backtrace_trajectories(trajectories, items_by_id, count_tokens=count_tokens, mode=mode,
+                                  path_rule=strategy.path_rule, fewshot=fewshot, iteration=iteration, passages=passages)
+
+
+def star_records(trajectories, items_by_id, **kw):
+    """KnowTrace's STaR: every generation of a correct trajectory, written in the canonical output texts,
+    with the FA ratio measured as backtracing would filter (so the two modes compare directly)."""
+    return backtrace_records(trajectories, items_by_id, mode="star", **kw)
+
+
+class KnowTraceMethod(Method):
+    name = STRATEGY_NAME
+    config_class = KnowTraceConfig
+
+    def strategy(self, config: KnowTraceConfig) -> KnowTrace:
+        return KnowTrace(config)
+
+    def record_roles(self, config: KnowTraceConfig) -> dict[str, str]:
+        r = config.roles
+        return {EXPLORE: r.explore, COMPLETE: r.complete, ANSWER: r.answer}
+
+    def generator_roles(self, config: KnowTraceConfig) -> set[str]:
+        used = set(self.record_roles(config).values())
+        if config.kg_format == "text":
+            used.add(config.roles.kg_to_text)
+        return used
+
+    def rationalizers(self) -> dict[str, Rationalizer]:
+        return {"backtrace": backtrace_records, "star": star_records}
+
+    def for_model(self, config: KnowTraceConfig, trained: frozenset[str], fewshot_trained: bool) -> KnowTraceConfig:
+        """Prompts of trained roles follow `fewshot_trained`; untrained roles keep the configured exemplars."""
+
+        def shots(role: str, configured: bool) -> bool:
+            return fewshot_trained if role in trained else configured
+
+        r, f = config.roles, config.fewshot
+        return dataclasses.replace(config, fewshot=FewShotConfig(
+            explore=shots(r.explore, f.explore), complete=shots(r.complete, f.complete),
+            kg_to_text=shots(r.kg_to_text, f.kg_to_text)))
+
+    def gold_records(self, config: KnowTraceConfig, items: Sequence[QAItem], retriever: Retriever, *, fewshot: bool,
+                     require_support: bool, count_tokens: Callable[[str], int], iteration: int | None):
+        from knowtrace_train.methods.knowtrace.gold import gold_trajectory_records
+
+        return gold_trajectory_records(items, retriever, k=config.passages, fewshot=fewshot, kg_format=config.kg_format,
+                                       require_support=require_support, count_tokens=count_tokens, iteration=iteration)
+
+    def validate_for_training(self, config: KnowTraceConfig) -> None:
+        roles = config.roles
+        if roles.explore == roles.complete:
+            raise ValueError("strategy.roles.explore and strategy.roles.complete must name two adapters")
+        if roles.answer not in (roles.explore, roles.complete):
+            raise ValueError("strategy.roles.answer must be the exploration or the completion role")
+        if config.kg_format == "text" and roles.kg_to_text in (roles.explore, roles.complete):
+            raise ValueError("strategy.roles.kg_to_text must be a role of its own (it runs on M0)")
+
+
+__all__ = [
+    "ANSWER", "COMPLETE", "EXPLORE", "KG_TO_TEXT", "RECORD_KINDS", "STRATEGY_NAME", "FewShotConfig", "KnowTrace",
+    "KnowTraceConfig", "KnowTraceMethod", "MaxNewTokensConfig", "RoleConfig",
+]

@@ -1,0 +1,239 @@
+"""Knowledge backtracing: target and initial entities, the evidence subgraph, the two filters,
+the FA ratio and the SFT records of the self-training loop (paper, Section 3.3, Algorithm 2).
+
+From each correct trajectory the evidence subgraph S ⊆ G is traced from the *target entities*
+(graph entities named in the final thought and the answer) back to the *initial entities*
+(the expansion points exploration introduced). S then filters the trajectory's generations:
+
+- unavailing exploration: a guidance pair whose completion produced no triplet of S is
+  removed, and the whole exploration record when no pair is left;
+- extraneous completion: a triplet outside S is removed, and the whole completion record
+  when no triplet is left.
+
+The final answering exploration is kept. Filtered outputs are written back with
+`knowtrace_train.methods.knowtrace.outputs`, the texts the parser reads. `mode="star"` is the non-backtracing
+variant (plain STaR: every generation of a correct trajectory is kept) behind the same
+interface; the FA ratio is measured the same way in both modes, so runs compare directly.
+
+A trajectory that cannot be backtraced (empty graph, an answer that names no graph entity,
+no path to an initial entity) yields no records in backtrace mode and is counted under its
+reason; nothing here raises on a trajectory's content.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping
+
+from knowtrace_train.data.schema import Passage, QAItem
+from knowtrace_train.methods.hints import mentions_hint
+from knowtrace_train.methods.knowtrace.backtrace.filters import (
+    FilteredCall,
+    answer_texts,
+    filter_trajectory,
+    is_answer_call,
+)
+from knowtrace_train.methods.knowtrace.backtrace.paths import (
+    SKIP_HINT_LEAK,
+    SKIP_INCORRECT,
+    SKIP_NO_ANSWER_CALL,
+    TrajectoryBacktrace,
+    backtrace,
+)
+from knowtrace_train.methods.knowtrace.backtrace.training_prompts import PromptOptions, training_prompt
+from knowtrace_train.methods.knowtrace.config import DEFAULT_PATH_RULE, PATH_RULES, RECORD_KINDS
+from knowtrace_train.trajectory import Trajectory, is_correct
+
+log = logging.getLogger(__name__)
+
+MODES = ("backtrace", "star")
+
+
+# -- the public entry point ------------------------------------------------------------------
+
+
+@dataclass
+class RoleStats:
+    """Counts of one role over the correct trajectories (records and tokens as backtracing
+    filters them, whatever the mode) and the records this run wrote."""
+
+    calls: int = 0
+    records_kept: int = 0
+    records_dropped: int = 0
+    items_all: int = 0
+    items_kept: int = 0
+    tokens_all: int = 0
+    tokens_filtered: int = 0
+    records_written: int = 0
+
+    @property
+    def tokens_kept(self) -> int:
+        return self.tokens_all - self.tokens_filtered
+
+    @property
+    def fa_ratio(self) -> float:
+        return self.tokens_filtered / self.tokens_all if self.tokens_all else 0.0
+
+    def add(self, fc: FilteredCall) -> None:
+        self.calls += 1
+        self.records_kept += int(fc.kept)
+        self.records_dropped += int(not fc.kept)
+        self.items_all += fc.items_all
+        self.items_kept += fc.items_kept
+        self.tokens_all += fc.tokens_all
+        self.tokens_filtered += fc.tokens_filtered
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "calls": self.calls,
+            "records_kept": self.records_kept,
+            "records_dropped": self.records_dropped,
+            "items_all": self.items_all,
+            "items_kept": self.items_kept,
+            "tokens_all": self.tokens_all,
+            "tokens_kept": self.tokens_kept,
+            "tokens_filtered": self.tokens_filtered,
+            "fa_ratio": self.fa_ratio,
+            "records_written": self.records_written,
+        }
+
+
+@dataclass
+class BacktraceResult:
+    """SFT records per role, the JSON-able statistics (FA ratio overall and per role, and the
+    counts behind it) and each correct trajectory's backtrace."""
+
+    records_by_role: dict[str, list[dict[str, Any]]]
+    stats: dict[str, Any]
+    traces: list[TrajectoryBacktrace] = field(default_factory=list)
+
+    def write(self, folder: str | Path) -> dict[str, Path]:
+        """Write `sft_<role>.jsonl` for every role (empty files included) and
+        `backtrace_stats.json` into `folder`, each atomically; returns the record files."""
+        from knowtrace_train.io import write_json, write_jsonl
+
+        folder = Path(folder)
+        paths = {}
+        for role in RECORD_KINDS:
+            paths[role] = folder / f"sft_{role}.jsonl"
+            write_jsonl(paths[role], self.records_by_role.get(role, []))
+        write_json(folder / "backtrace_stats.json", self.stats)
+        return paths
+
+
+def backtrace_trajectories(
+    trajectories: Iterable[Trajectory],
+    items_by_id: Mapping[str, QAItem] | None = None,
+    *,
+    count_tokens: Callable[[str], int],
+    mode: str = "backtrace",
+    path_rule: str = DEFAULT_PATH_RULE,
+    fewshot: bool = True,
+    rerender: bool = False,
+    kg_format: str | None = None,
+    iteration: int | None = None,
+    passages: Mapping[str, Passage] | None = None,
+) -> BacktraceResult:
+    """Algorithm 2, lines 6-11: keep the correct trajectories, backtrace each, filter its
+    generations (mode "backtrace") or keep them all (mode "star"), and write SFT records
+    {"prompt", "completion", "role", "trajectory_id", "iteration"} per role.
+
+    `items_by_id` gives the plain question of hinted (rationalization) rollouts and the
+    passages for re-rendered completion prompts (with `passages`). FA counts every output
+    token of the correct trajectories with `count_tokens` (the model's tokenizer)."""
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    if path_rule not in PATH_RULES:
+        raise ValueError(f"path_rule must be one of {PATH_RULES}, got {path_rule!r}")
+    items_by_id = items_by_id or {}
+    if passages is None:
+        passages = {p.id: p for it in items_by_id.values() for p in it.context}
+    opts = PromptOptions(fewshot=fewshot, rerender=rerender, kg_format=kg_format)
+    records: dict[str, list[dict[str, Any]]] = {r: [] for r in RECORD_KINDS}
+    roles = {r: RoleStats() for r in RECORD_KINDS}
+    reasons: dict[str, int] = defaultdict(int)
+    traces: list[TrajectoryBacktrace] = []
+    n_traj = n_correct = n_ok = n_hinted = prompt_unavailable = 0
+    ok_all = ok_filtered = 0  # tokens of the backtraced trajectories alone
+    graph_triplets = evidence_triplets = 0
+
+    for traj in trajectories:
+        n_traj += 1
+        if not is_correct(traj):
+            reasons[SKIP_INCORRECT] += 1
+            continue
+        n_correct += 1
+        item = items_by_id.get(traj.question_id)
+        question = item.question if item is not None else traj.question
+        hinted = question.strip() != traj.question.strip()
+        n_hinted += int(hinted)
+        bt = backtrace(traj, path_rule)
+        if bt.ok and not any(is_answer_call(c) for c in traj.calls):
+            bt = TrajectoryBacktrace(bt.trajectory_id, bt.question_id, bt.dataset, SKIP_NO_ANSWER_CALL,
+                                     bt.targets, bt.initial_entities, ())
+        leak = hinted and (mentions_hint(traj.thought) or any(
+            mentions_hint((answer_texts(c, traj) or ("", ""))[0]) for c in traj.calls if is_answer_call(c)))
+        if bt.ok and leak:
+            bt = TrajectoryBacktrace(bt.trajectory_id, bt.question_id, bt.dataset, SKIP_HINT_LEAK,
+                                     bt.targets, bt.initial_entities, ())
+        traces.append(bt)
+        if bt.ok:
+            n_ok += 1
+            graph_triplets += len(traj.graph.triplets)
+            evidence_triplets += len(bt.evidence)
+        else:
+            reasons[bt.status] += 1
+        filtered = filter_trajectory(traj, bt.evidence if bt.ok else None, count_tokens)
+        s_keys = {traj.graph.triplets[i].triplet.key() for i in bt.evidence} if bt.ok else None
+        star = mode == "star"
+        star_ok = not leak  # never train on a rationale that needs the hint
+        for fc in filtered:
+            roles[fc.role].add(fc)
+            if bt.ok:
+                ok_all += fc.tokens_all
+                ok_filtered += fc.tokens_filtered
+            target = fc.full_output if star else fc.output
+            if target is None or (star and not star_ok):
+                continue
+            prompt = training_prompt(fc, traj, question, None if star else s_keys, opts, passages)
+            if prompt is None:
+                prompt_unavailable += 1
+                continue
+            records[fc.role].append({
+                "prompt": prompt,
+                "completion": target,
+                "role": fc.role,
+                "trajectory_id": traj.id,
+                "iteration": iteration if iteration is not None else traj.iteration,
+            })
+            roles[fc.role].records_written += 1
+
+    tokens_all = sum(r.tokens_all for r in roles.values())
+    tokens_filtered = sum(r.tokens_filtered for r in roles.values())
+    stats: dict[str, Any] = {
+        "mode": mode,
+        "path_rule": path_rule,
+        "fewshot": fewshot,
+        "rerender": rerender,
+        "trajectories": n_traj,
+        "correct": n_correct,
+        "backtraced": n_ok,
+        "hinted": n_hinted,
+        "skipped": dict(sorted(reasons.items())),
+        "graph_triplets": graph_triplets,
+        "evidence_triplets": evidence_triplets,
+        "tokens_all": tokens_all,
+        "tokens_kept": tokens_all - tokens_filtered,
+        "tokens_filtered": tokens_filtered,
+        "fa_ratio": tokens_filtered / tokens_all if tokens_all else 0.0,
+        # the same ratio over the trajectories that backtraced (skipped ones count as all filtered above)
+        "fa_ratio_backtraced": ok_filtered / ok_all if ok_all else 0.0,
+        "roles": {r: s.to_dict() for r, s in roles.items()},
+        "records": {r: len(v) for r, v in records.items()},
+        "prompt_unavailable": prompt_unavailable,
+    }
+    log.info("backtracing: %d/%d correct trajectories backtraced, FA %.3f", n_ok, n_correct, stats["fa_ratio"])
+    return BacktraceResult(records_by_role=records, stats=stats, traces=traces)

@@ -1,0 +1,74 @@
+"""Plain STaR records for any method: every generation of a correct trajectory, as the model wrote it.
+
+The record is the call's prompt and its output (prompt + output is the exact text the model saw and
+wrote, the response prefix included), under the call's role. Nothing is filtered, so the FA ratio is
+not defined (None); the output tokens are counted all the same. A trajectory of a hinted rerun is
+not trained on here (its prompts show the hint, and a generic method cannot take it out), nor is a
+call that failed or wrote nothing. `fewshot` is not applied: a generic method's prompts are kept
+as they were sent.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Mapping
+
+from knowtrace_train.data.schema import Passage, QAItem
+from knowtrace_train.trajectory import Trajectory, is_correct
+
+
+@dataclass
+class StarResult:
+    records_by_role: dict[str, list[dict[str, Any]]]
+    stats: dict[str, Any] = field(default_factory=dict)
+
+
+def star_records(
+    trajectories: Iterable[Trajectory],
+    items_by_id: Mapping[str, QAItem],
+    *,
+    strategy: Any = None,
+    count_tokens: Callable[[str], int],
+    fewshot: bool = True,
+    iteration: int | None = None,
+    passages: Mapping[str, Passage] | None = None,
+) -> StarResult:
+    """Records {"prompt", "completion", "role", "trajectory_id", "iteration"} per call role."""
+    records: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    tokens: Counter[str] = Counter()
+    skipped: Counter[str] = Counter()
+    n = correct = 0
+    for traj in trajectories:
+        n += 1
+        if not is_correct(traj):
+            skipped["incorrect"] += 1
+            continue
+        correct += 1
+        item = items_by_id.get(traj.question_id)
+        if item is not None and item.question.strip() != traj.question.strip():
+            skipped["hinted"] += 1
+            continue
+        for call in sorted(traj.calls, key=lambda c: c.index):
+            if call.error or not call.output.strip() or not isinstance(call.prompt, str):
+                continue
+            tokens[call.role] += count_tokens(call.output)
+            records[call.role].append({
+                "prompt": call.prompt,
+                "completion": call.output,
+                "role": call.role,
+                "trajectory_id": traj.id,
+                "iteration": iteration if iteration is not None else traj.iteration,
+            })
+    stats = {
+        "mode": "star",
+        "trajectories": n,
+        "correct": correct,
+        "skipped": dict(sorted(skipped.items())),
+        "records": {r: len(v) for r, v in sorted(records.items())},
+        "tokens_all": sum(tokens.values()),
+        "tokens_filtered": 0,
+        "fa_ratio": None,
+        "roles": {r: {"tokens_all": t, "tokens_filtered": 0, "fa_ratio": None} for r, t in sorted(tokens.items())},
+    }
+    return StarResult(records_by_role=dict(records), stats=stats)

@@ -1,0 +1,140 @@
+"""Iteration 0 of the loop: M0 is the raw base, or the base LoRA-trained on gold trajectories and merged.
+
+`bootstrap.mode` "always" or "never" decides, or "auto": a probe of the raw base on the first train
+questions. The method writes the gold records (`Method.gold_records`); the loop trains one adapter on
+all of them (`bootstrap.joint`) or one per role, merges them into the weights (iter_0/model) and
+records where M0 is in m0.json. A mixin of SelfTrain: it uses the run's stages, rollouts and training.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from knowtrace_train.config import config_to_dict
+from knowtrace_train.io import write_json
+from knowtrace_train.selftrain.models import ModelState, read_records
+
+log = logging.getLogger(__name__)
+
+#: Where the bootstrap's adapters go: not iter_0/adapters/, as they are merged into M0 already (an
+#: export of "the latest iteration with adapters" must never merge them a second time).
+BOOTSTRAP_ADAPTERS = "bootstrap_adapters"
+
+
+class Bootstrap:
+    """The M0 stages of SelfTrain."""
+
+    def m0_state(self, bootstrapped: bool) -> ModelState:
+        """M0 as the loop runs it (the merged model, or the raw base)."""
+        if not bootstrapped:
+            return self.raw_base()
+        return ModelState(name="M0", model=str(self.run_dir / "iter_0" / "model"),
+                          trained=frozenset(self.method.record_roles(self.config.strategy).values()))
+
+    def _m0(self, metrics: list[dict[str, Any]]) -> ModelState:
+        cfg = self.config
+        if cfg.bootstrap.mode == "always":
+            bootstrap = True
+        elif cfg.bootstrap.mode == "never":
+            bootstrap = False
+        else:
+            bootstrap = self._probe()
+        if not bootstrap:
+            self._write_m0(str(self.base_path), bootstrapped=False)
+            return self.raw_base()
+        m, state = self._bootstrap()
+        metrics.append(m)
+        self._emit(m)
+        return state
+
+    def _probe(self) -> bool:
+        """Bootstrap "auto": whether the raw base answers too few of the first train questions."""
+        cfg = self.config
+        folder = self.run_dir / "base"
+        items = self.questions.rollout[: cfg.bootstrap.probe_questions]
+        info = self.stages.run(folder, "probe", lambda: self._rollout(
+            self.raw_base(), items, folder / "probe.jsonl", cfg.strategy.seed, "probe (raw base)", None))
+        need = info["em"] < cfg.bootstrap.min_em
+        log.info("bootstrap auto: the raw base answers %.3f of %d train questions (threshold %.3f): %s",
+                 info["em"], info["questions"], cfg.bootstrap.min_em, "bootstrapping" if need else "no bootstrap")
+        return need
+
+    def _bootstrap(self) -> tuple[dict[str, Any], ModelState]:
+        cfg = self.config
+        folder = self.run_dir / "iter_0"
+        gold = self.stages.run(folder, "gold", lambda: self._gold(folder))
+        kinds = self.record_kinds()
+        records = {k: read_records(folder / f"sft_{k}.jsonl") for k in kinds}
+        if cfg.bootstrap.joint:
+            groups = {"bootstrap": [r for k in kinds for r in records[k]]}
+        else:
+            groups = self._records_per_adapter(records)
+        train_info = {}
+        for i, (adapter, recs) in enumerate(groups.items()):
+            train_info[adapter] = self.stages.run(folder, f"train_{adapter}", lambda a=adapter, r=recs, i=i: self._train(
+                folder, a, r, self.base_path, cfg.bootstrap.train, seed=cfg.seed * 1000 + i, subdir=BOOTSTRAP_ADAPTERS))
+        trained = [a for a, t in train_info.items() if t.get("records", 0) > 0]
+        if not trained:
+            raise ValueError(f"bootstrap: no gold trajectory could be built from {len(self.questions.bootstrap)} "
+                             f"train questions ({gold.get('skipped')}); set bootstrap.mode: never or check the data")
+        merge = self.stages.run(folder, "merge", lambda: self._merge(folder, [folder / BOOTSTRAP_ADAPTERS / a for a in trained]))
+        state = self.m0_state(bootstrapped=True)
+        ev = self._eval(folder, state, cfg.strategy.seed, 0)
+        m = {
+            "iteration": 0,
+            "model": "M0 (bootstrapped)",
+            "gold": gold,
+            "sft_records": {k: len(v) for k, v in records.items()},
+            "train": train_info,
+            "eval": ev,
+            "seconds": {
+                "gold": gold["seconds"],
+                "train": sum(t["seconds"] for t in train_info.values()),
+                "merge": merge["seconds"],
+                "eval": ev["seconds"],
+            },
+        }
+        if self.procs.is_main:
+            write_json(folder / "metrics.json", m)
+        return m, state
+
+    def _gold(self, folder: Path) -> dict[str, Any]:
+        cfg = self.config
+        info: dict[str, Any] = {}
+        if self.procs.is_main:
+            res = self.method.gold_records(
+                cfg.strategy, self.questions.bootstrap, self.retriever, fewshot=cfg.fewshot_trained,
+                require_support=cfg.bootstrap.require_support, count_tokens=self.count_tokens, iteration=0,
+            )
+            self._write_records(folder, res.records_by_role)
+            write_json(folder / "gold.json", res.stats)
+            info = {"items": res.stats["items"], "trajectories": res.stats["trajectories"],
+                    "skipped": res.stats["skipped"], "records": res.stats["records"]}
+        return self.procs.broadcast(info)
+
+    def _merge(self, folder: Path, adapters: list[Path]) -> dict[str, Any]:
+        from knowtrace_train.train.lora import merge_adapters_into_base
+
+        if self.procs.is_main:
+            merge_adapters_into_base(self.base_path, adapters, folder / "model")
+            self._write_m0(str(folder / "model"), bootstrapped=True)
+        return {"adapters": [a.name for a in adapters]}
+
+    def _write_m0(self, model: str, bootstrapped: bool) -> None:
+        if not self.procs.is_main:
+            return
+        p = Path(model)
+        try:
+            shown = str(p.resolve().relative_to(self.run_dir.resolve()))
+        except ValueError:
+            shown = str(p)
+        write_json(self.run_dir / "m0.json", {
+            "path": shown,
+            "base_model": str(self.base_path),
+            "bootstrapped": bootstrapped,
+            "prompt_format": self.config.generator.prompt_format,
+            # the strategy settings M0 runs with (its trained roles' prompts follow fewshot_trained)
+            "strategy": config_to_dict(self.strategy_config(self.m0_state(bootstrapped), self.config.strategy.seed)),
+        })
