@@ -19,7 +19,8 @@ from knowtrace_train.train.export import (
     sample_prompts,
 )
 from knowtrace_train.io import write_jsonl
-from knowtrace_train.train.lora import LoraTrainConfig, merge_adapters_into_base, render_prompt_ids, train_role
+from knowtrace_train.train.lora import LoraTrainConfig, render_prompt_ids, train_role
+from knowtrace_train.train.merge import merge_adapters_into_base
 
 REPO = Path(__file__).resolve().parents[1]
 SFT = [

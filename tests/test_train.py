@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from knowtrace_train.train import lora as train_mod
+from knowtrace_train.train import precision as precision_mod
 from knowtrace_train.train.lora import (
     TRAINING_INFO,
     LoraTrainConfig,
@@ -157,9 +158,9 @@ def test_every_config_field_has_a_default_and_help():
 
 
 def test_precision_auto_takes_fp32_on_cpus_without_native_bf16(monkeypatch):
-    monkeypatch.setattr(train_mod, "cpu_has_native_bf16", lambda: False)
+    monkeypatch.setattr(precision_mod, "cpu_has_native_bf16", lambda: False)
     assert resolve_precision("auto", "cpu")[0] == "fp32"
-    monkeypatch.setattr(train_mod, "cpu_has_native_bf16", lambda: True)
+    monkeypatch.setattr(precision_mod, "cpu_has_native_bf16", lambda: True)
     assert resolve_precision("auto", "cpu")[0] == "bf16"
     assert resolve_precision("fp32", "cuda") == ("fp32", "set in the config")
 
@@ -225,7 +226,7 @@ def test_training_loss_falls_and_tokens_are_counted(trained, real_tokenizer):
     assert result.tokens == config.epochs * sum(len(r["input_ids"]) for r in rows)
     assert result.completion_tokens == config.epochs * sum(sum(t != -100 for t in r["labels"]) for r in rows)
     assert result.tokens_per_second == pytest.approx(result.tokens / result.seconds)
-    assert result.precision == ("bf16" if train_mod.cpu_has_native_bf16() else "fp32")
+    assert result.precision == ("bf16" if precision_mod.cpu_has_native_bf16() else "fp32")
 
 
 def test_saved_adapter_reloads_with_the_same_logits(trained, tiny_model_dir, real_tokenizer):

@@ -115,7 +115,7 @@ class Bootstrap:
         return self.procs.broadcast(info)
 
     def _merge(self, folder: Path, adapters: list[Path]) -> dict[str, Any]:
-        from knowtrace_train.train.lora import merge_adapters_into_base
+        from knowtrace_train.train.merge import merge_adapters_into_base
 
         if self.procs.is_main:
             merge_adapters_into_base(self.base_path, adapters, folder / "model")

@@ -33,14 +33,14 @@ import logging
 import os
 import random
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from knowtrace_train.config import ConfigError, config_to_dict, dump_config, read_yaml
 from knowtrace_train.data.schema import Passage, QAItem
 from knowtrace_train.evaluate import EvalConfig, load_corpus, summarize
-from knowtrace_train.io import iter_jsonl, write_json, write_jsonl
+from knowtrace_train.io import write_json, write_jsonl
 from knowtrace_train.methods import Method, StrategyConfig, get_method
 from knowtrace_train.selftrain.bootstrap import Bootstrap
 from knowtrace_train.selftrain.config import SelfTrainConfig

@@ -1,5 +1,7 @@
 """LoRA training per role (TRL + PEFT) and what follows it: merging adapters into weights, exporting a run.
 
-    lora.py     LoraTrainConfig, record tokenization, `train_role`, `merge_adapters_into_base`
+    lora.py       LoraTrainConfig, record tokenization, `train_role`, the adapter's training record
+    precision.py  bf16 or fp32 per device
+    merge.py      `merge_adapters_into_base`
     export.py   merged, ready-to-serve models of a run's iteration, checked against the adapters
 """

@@ -29,7 +29,8 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from knowtrace_train.io import atomic_dir, iter_jsonl, write_json
-from knowtrace_train.train.lora import TRAINING_INFO, merge_adapters_into_base, read_training_info, render_prompt_ids
+from knowtrace_train.train.lora import TRAINING_INFO, read_training_info, render_prompt_ids
+from knowtrace_train.train.merge import merge_adapters_into_base
 
 logger = logging.getLogger(__name__)
 

@@ -15,108 +15,23 @@ import logging
 import os
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
+from knowtrace_train.generation.prepare import PROMPT_FORMATS
 from knowtrace_train.io import atomic_dir, iter_jsonl, write_json
+from knowtrace_train.train.config import LoraTrainConfig
+from knowtrace_train.train.precision import resolve_precision, training_device
 
 logger = logging.getLogger(__name__)
 
-PROMPT_FORMATS = ("chat", "plain")
-PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 #: Written beside the PEFT files in every adapter folder: role, base model, prompt format, config, figures.
 TRAINING_INFO = "knowtrace_training.json"
 
 
 class SFTRecordError(ValueError):
     """A prompt/completion record that cannot be trained on; the message names the record and field."""
-
-
-@dataclass
-class LoraTrainConfig:
-    """LoRA SFT settings for one role. Defaults follow the paper's smallest grid point (Sec. 4.1: batch 32)."""
-
-    rank: int = field(default=16, metadata={"help": "LoRA rank r."})
-    alpha: int = field(default=32, metadata={"help": "LoRA alpha (the update is scaled by alpha / rank)."})
-    dropout: float = field(default=0.05, metadata={"help": "Dropout on the LoRA input."})
-    target_modules: str | list[str] = field(
-        default="all-linear",
-        metadata={"help": "Modules that get LoRA: 'all-linear' (every linear layer but the LM head) or names."},
-    )
-    epochs: float = field(default=2.0, metadata={"help": "Passes over the records (the paper tunes 1, 2, 3)."})
-    learning_rate: float = field(default=1e-4, metadata={"help": "Peak AdamW learning rate (linear decay)."})
-    per_device_batch_size: int = field(
-        default=1,
-        metadata={"help": "Records per forward pass per process; 1 wastes nothing on CPUs, raise it on GPUs."},
-    )
-    gradient_accumulation_steps: int = field(
-        default=32, metadata={"help": "Forward passes per optimizer step (effective batch = this x batch x processes)."}
-    )
-    max_length: int = field(
-        default=2048,
-        metadata={"help": "Longest prompt+completion in tokens; longer records are skipped (never cut), and counted."},
-    )
-    seed: int = field(default=0, metadata={"help": "Seed for LoRA initialisation, dropout and record order."})
-    padding_free: bool = field(
-        default=True,
-        metadata={"help": "Flatten a batch into one sequence without pad tokens (FlashAttention varlen on GPUs)."},
-    )
-    packing: bool = field(
-        default=False,
-        metadata={"help": "Pack records into max_length blocks (best-fit decreasing); implies padding_free."},
-    )
-    precision: str = field(
-        default="auto",
-        metadata={"help": "'auto' (bf16 on GPUs and CPUs that have it natively, else fp32/fp16), 'fp32', 'bf16', 'fp16'."},
-    )
-    gradient_checkpointing: bool = field(
-        default=False, metadata={"help": "Recompute activations in the backward pass (saves memory, costs ~30% time)."}
-    )
-    qlora: bool = field(
-        default=False, metadata={"help": "Load the base model in 4-bit NF4 through bitsandbytes (GPUs only)."}
-    )
-    logging_steps: int = field(default=10, metadata={"help": "Optimizer steps between two logged losses."})
-    prompt_format: str = field(
-        default="chat",
-        metadata={"help": "'chat' (prompt as the user turn of the chat template) or 'plain'; same as the generator's."},
-    )
-    max_steps: int = field(default=-1, metadata={"help": "Stop after this many optimizer steps (-1: all epochs)."})
-
-    def __post_init__(self) -> None:
-        def bad(name: str, why: str) -> ValueError:
-            return ValueError(f"LoraTrainConfig.{name}: {why} (got {getattr(self, name)!r})")
-
-        for name in ("rank", "alpha", "per_device_batch_size", "gradient_accumulation_steps", "max_length"):
-            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
-                raise bad(name, "must be a positive integer")
-        if not 0.0 <= self.dropout < 1.0:
-            raise bad("dropout", "must be in [0, 1)")
-        if self.epochs <= 0:
-            raise bad("epochs", "must be positive")
-        if self.learning_rate <= 0:
-            raise bad("learning_rate", "must be positive")
-        if self.precision not in PRECISIONS:
-            raise bad("precision", f"must be one of {PRECISIONS}")
-        if self.prompt_format not in PROMPT_FORMATS:
-            raise bad("prompt_format", f"must be one of {PROMPT_FORMATS}")
-        if self.logging_steps < 1:
-            raise bad("logging_steps", "must be a positive integer")
-        if self.max_steps == 0 or self.max_steps < -1:
-            raise bad("max_steps", "must be -1 (all epochs) or a positive integer")
-        if isinstance(self.target_modules, (list, tuple)):
-            self.target_modules = [str(m) for m in self.target_modules]
-            if not self.target_modules:
-                raise bad("target_modules", "must name at least one module")
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any], where: str = "config") -> "LoraTrainConfig":
-        """Build from a mapping (a YAML section); an unknown key raises naming `where` and the key."""
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(d) - known)
-        if unknown:
-            raise ValueError(f"{where}: unknown LoRA training field(s) {unknown}; known: {sorted(known)}")
-        return cls(**dict(d))
 
 
 @dataclass(frozen=True)
@@ -254,46 +169,6 @@ def tokenize_records(
 
 # ---------------------------------------------------------------------------------------------------------------
 # Precision and model loading
-
-
-#: /proc/cpuinfo flags of x86 CPUs that compute in bf16 natively (oneDNN uses them for bf16 matmuls)
-NATIVE_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
-
-
-def cpu_has_native_bf16() -> bool:
-    """Whether the CPU has bf16 arithmetic (AVX512-BF16 or AMX-BF16), read from /proc/cpuinfo."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    return any(flag in line.split() for flag in NATIVE_BF16_FLAGS)
-    except OSError:
-        pass
-    return False
-
-
-def resolve_precision(precision: str, device: str) -> tuple[str, str]:
-    """(fp32|bf16|fp16, why). 'auto' takes bf16 on GPUs that support it (else fp16) and on CPUs with native
-    bf16 (AVX512-BF16 or AMX), fp32 on other CPUs, where bf16 is emulated and slower than fp32. On the
-    project's idle 2-core AVX512-BF16 EPYC, bf16 autocast trained SmolLM2-135M 1.25x faster than fp32 with
-    one record per forward pass (135 against 108 tokens/s) and 1.5x with padding-free batches of 4."""
-    if precision != "auto":
-        return precision, "set in the config"
-    if device == "cuda":
-        import torch
-
-        if torch.cuda.is_bf16_supported():
-            return "bf16", "the GPU supports bf16"
-        return "fp16", "the GPU has no bf16"
-    if cpu_has_native_bf16():
-        return "bf16", "the CPU has native bf16 (" + "/".join(NATIVE_BF16_FLAGS) + ")"
-    return "fp32", "the CPU has no native bf16 (" + "/".join(NATIVE_BF16_FLAGS) + "), where bf16 is slower than fp32"
-
-
-def _device() -> str:
-    import torch
-
-    return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def _attention_implementation(device: str, padding_free: bool, precision: str) -> str:
@@ -461,7 +336,7 @@ def train_role(
     config = config or LoraTrainConfig()
     base_model_path = Path(base_model_path)
     output_dir = Path(output_dir)
-    device = _device()
+    device = training_device()
     precision, why = resolve_precision(config.precision, device)
     logger.info("role %s: training in %s on %s (%s)", role, precision, device, why)
 
@@ -544,36 +419,3 @@ def read_training_info(adapter_dir: str | Path) -> dict[str, Any]:
     if not path.is_file():
         return {}
     return json.loads(path.read_text(encoding="utf-8"))
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Merging
-
-
-def merge_adapters_into_base(
-    base_path: str | Path, adapter_dir: str | Path | Sequence[str | Path], out_dir: str | Path
-) -> Path:
-    """Fold LoRA adapter(s) into the base weights and save a plain model folder (safetensors + tokenizer).
-
-    Several adapters are merged one after another (their updates add up), in the order given. The weights
-    keep the base checkpoint's dtype. The folder is written beside `out_dir` and renamed into place.
-    """
-    from peft import PeftModel
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    base_path, out_dir = Path(base_path), Path(out_dir)
-    adapters = [Path(adapter_dir)] if isinstance(adapter_dir, (str, Path)) else [Path(a) for a in adapter_dir]
-    if not adapters:
-        raise ValueError("merge_adapters_into_base: no adapter given")
-    for a in adapters:
-        if not (a / "adapter_config.json").is_file():
-            raise FileNotFoundError(f"{a}: not a PEFT adapter folder (no adapter_config.json)")
-    model = AutoModelForCausalLM.from_pretrained(str(base_path), dtype="auto")
-    for a in adapters:
-        model = PeftModel.from_pretrained(model, str(a)).merge_and_unload()
-    tokenizer = AutoTokenizer.from_pretrained(str(base_path))
-    with atomic_dir(out_dir) as tmp:
-        model.save_pretrained(str(tmp), safe_serialization=True)
-        tokenizer.save_pretrained(str(tmp))
-    logger.info("merged %s into %s -> %s", ", ".join(map(str, adapters)), base_path, out_dir)
-    return out_dir

@@ -34,7 +34,6 @@ from knowtrace_train.methods.knowtrace.parsing import ExplorationResult, parse_c
 from knowtrace_train.methods.knowtrace.prompts import (
     COMPLETE_STOP,
     EXPLORE_STOP,
-    KG_FORMATS,
     KG_TO_TEXT_STOP,
     answer_prefix,
     render_completion_prompt,

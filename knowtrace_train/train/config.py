@@ -1,0 +1,96 @@
+"""LoRA training settings (one adapter per role; the self-training loop's `train:` sections)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any, Mapping
+
+from knowtrace_train.generation.prepare import PROMPT_FORMATS
+
+PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+
+
+@dataclass
+class LoraTrainConfig:
+    """LoRA SFT settings for one role. Defaults follow the paper's smallest grid point (Sec. 4.1: batch 32)."""
+
+    rank: int = field(default=16, metadata={"help": "LoRA rank r."})
+    alpha: int = field(default=32, metadata={"help": "LoRA alpha (the update is scaled by alpha / rank)."})
+    dropout: float = field(default=0.05, metadata={"help": "Dropout on the LoRA input."})
+    target_modules: str | list[str] = field(
+        default="all-linear",
+        metadata={"help": "Modules that get LoRA: 'all-linear' (every linear layer but the LM head) or names."},
+    )
+    epochs: float = field(default=2.0, metadata={"help": "Passes over the records (the paper tunes 1, 2, 3)."})
+    learning_rate: float = field(default=1e-4, metadata={"help": "Peak AdamW learning rate (linear decay)."})
+    per_device_batch_size: int = field(
+        default=1,
+        metadata={"help": "Records per forward pass per process; 1 wastes nothing on CPUs, raise it on GPUs."},
+    )
+    gradient_accumulation_steps: int = field(
+        default=32, metadata={"help": "Forward passes per optimizer step (effective batch = this x batch x processes)."}
+    )
+    max_length: int = field(
+        default=2048,
+        metadata={"help": "Longest prompt+completion in tokens; longer records are skipped (never cut), and counted."},
+    )
+    seed: int = field(default=0, metadata={"help": "Seed for LoRA initialisation, dropout and record order."})
+    padding_free: bool = field(
+        default=True,
+        metadata={"help": "Flatten a batch into one sequence without pad tokens (FlashAttention varlen on GPUs)."},
+    )
+    packing: bool = field(
+        default=False,
+        metadata={"help": "Pack records into max_length blocks (best-fit decreasing); implies padding_free."},
+    )
+    precision: str = field(
+        default="auto",
+        metadata={"help": "'auto' (bf16 on GPUs and CPUs that have it natively, else fp32/fp16), 'fp32', 'bf16', 'fp16'."},
+    )
+    gradient_checkpointing: bool = field(
+        default=False, metadata={"help": "Recompute activations in the backward pass (saves memory, costs ~30% time)."}
+    )
+    qlora: bool = field(
+        default=False, metadata={"help": "Load the base model in 4-bit NF4 through bitsandbytes (GPUs only)."}
+    )
+    logging_steps: int = field(default=10, metadata={"help": "Optimizer steps between two logged losses."})
+    prompt_format: str = field(
+        default="chat",
+        metadata={"help": "'chat' (prompt as the user turn of the chat template) or 'plain'; same as the generator's."},
+    )
+    max_steps: int = field(default=-1, metadata={"help": "Stop after this many optimizer steps (-1: all epochs)."})
+
+    def __post_init__(self) -> None:
+        def bad(name: str, why: str) -> ValueError:
+            return ValueError(f"LoraTrainConfig.{name}: {why} (got {getattr(self, name)!r})")
+
+        for name in ("rank", "alpha", "per_device_batch_size", "gradient_accumulation_steps", "max_length"):
+            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
+                raise bad(name, "must be a positive integer")
+        if not 0.0 <= self.dropout < 1.0:
+            raise bad("dropout", "must be in [0, 1)")
+        if self.epochs <= 0:
+            raise bad("epochs", "must be positive")
+        if self.learning_rate <= 0:
+            raise bad("learning_rate", "must be positive")
+        if self.precision not in PRECISIONS:
+            raise bad("precision", f"must be one of {PRECISIONS}")
+        if self.prompt_format not in PROMPT_FORMATS:
+            raise bad("prompt_format", f"must be one of {PROMPT_FORMATS}")
+        if self.logging_steps < 1:
+            raise bad("logging_steps", "must be a positive integer")
+        if self.max_steps == 0 or self.max_steps < -1:
+            raise bad("max_steps", "must be -1 (all epochs) or a positive integer")
+        if isinstance(self.target_modules, (list, tuple)):
+            self.target_modules = [str(m) for m in self.target_modules]
+            if not self.target_modules:
+                raise bad("target_modules", "must name at least one module")
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any], where: str = "config") -> "LoraTrainConfig":
+        """Build from a mapping (a YAML section); an unknown key raises naming `where` and the key."""
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ValueError(f"{where}: unknown LoRA training field(s) {unknown}; known: {sorted(known)}")
+        return cls(**dict(d))
