@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass, field
 from typing import Protocol, Sequence, runtime_checkable
 
@@ -25,6 +27,23 @@ class GenerationRequest:
     temperature: float = 0.0
     seed: int = 0
     prefix: str = ""
+
+
+def request_seed(base_seed: int, *keys: int | str) -> int:
+    """A sampling seed in [0, 2**31) derived from `base_seed` and `keys` (e.g. a trajectory id and
+    a call index): the first 4 bytes of the SHA-256 of the JSON list [base_seed, *keys], top bit
+    cleared. Unlike Python's `hash` it is the same in every process and on every machine; any
+    change of a key, its type ("1" vs 1) or the keys' order gives an unrelated seed. 31 bits fit
+    every sampler's seed (torch, numpy, vLLM). Keys are ints or strings (floats and bools are
+    refused: their text is not a stable identity)."""
+    if isinstance(base_seed, bool) or not isinstance(base_seed, int):
+        raise TypeError(f"request_seed: base_seed must be an int, got {base_seed!r}")
+    for i, key in enumerate(keys):
+        if isinstance(key, bool) or not isinstance(key, (int, str)):
+            raise TypeError(f"request_seed: key {i} must be an int or a string, got {key!r}")
+    text = json.dumps([base_seed, *keys], ensure_ascii=True, separators=(",", ":"))
+    digest = hashlib.sha256(text.encode("ascii")).digest()
+    return int.from_bytes(digest[:4], "big") & 0x7FFF_FFFF
 
 
 @dataclass(frozen=True)
