@@ -18,7 +18,12 @@ class GenerationRequest:
     `role` picks the adapter (explore, complete, answer, ... or `BASE_ROLE`).
     `prefix` is the start of the model's answer: it is fed after the rendered prompt (in the
     chat format, inside the opened assistant turn, where training puts a completion) and is not
-    part of the returned text."""
+    part of the returned text.
+    `temperature` 0 is greedy decoding, which ignores every seed. Above 0 the request samples from
+    its own random stream, seeded with `request_seed(GeneratorConfig.seed, seed)`: the same request
+    gives the same text on a rerun, whatever else is in the batch, and requests that should differ
+    need different seeds (derive them with `request_seed`, e.g. from a trajectory id and a call
+    index)."""
 
     prompt: str | tuple[dict[str, str], ...]
     role: str = BASE_ROLE
