@@ -4,13 +4,22 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from knowtrace_train.data.schema import QAItem
 from knowtrace_train.metrics import (
+    MIN_QUESTIONS_FOR_INTERVAL,
+    Interval,
+    PairedComparison,
     accuracy,
     aggregate,
+    bootstrap_interval,
+    em_by_kind,
     exact_match,
     f1,
     f1_precision_recall,
+    format_interval,
     normalize_answer,
+    paired_test,
+    question_kind,
     score,
 )
 
@@ -125,3 +134,176 @@ def test_score_bounds_and_consistency(pred, answers):
         assert s["acc"] == 1.0
         # the yes/no rule never fires on an exact match; F1 is 1 unless gold normalises to nothing
         assert s["f1"] == 1.0 or any(normalize_answer(a) == "" for a in answers)
+
+
+# -- intervals and paired tests ---------------------------------------------------------------------
+
+
+def test_interval_of_constant_scores_is_the_constant():
+    iv = bootstrap_interval([1.0] * 30)
+    assert iv == Interval(mean=1.0, low=1.0, high=1.0, n=30, confidence=0.95, note=None)
+    assert bootstrap_interval([0.0] * 25).low == 0.0 == bootstrap_interval([0.0] * 25).high
+
+
+def test_interval_is_deterministic_for_a_seed_and_varies_with_it():
+    values = [1.0] * 9 + [0.0] * 21
+    assert bootstrap_interval(values, seed=3) == bootstrap_interval(values, seed=3)
+    draws = {(bootstrap_interval(values, seed=s, resamples=500).low) for s in range(6)}
+    assert len(draws) > 1
+
+
+def test_interval_of_a_known_binary_vector_matches_the_normal_approximation():
+    values = [1.0] * 30 + [0.0] * 90  # mean 0.25, n 120
+    iv = bootstrap_interval(values)
+    assert iv.mean == 0.25 and iv.n == 120
+    half = 1.96 * math.sqrt(0.25 * 0.75 / 120)  # 0.0775
+    assert iv.low < 0.25 < iv.high
+    assert iv.low == pytest.approx(0.25 - half, abs=0.02)
+    assert iv.high == pytest.approx(0.25 + half, abs=0.02)
+
+
+def test_interval_widens_when_n_falls_or_confidence_rises():
+    big = bootstrap_interval([1.0] * 30 + [0.0] * 90)
+    small = bootstrap_interval([1.0] * 6 + [0.0] * 18)  # same mean, n 24
+    assert small.mean == big.mean == 0.25
+    assert small.high - small.low > big.high - big.low
+    narrow = bootstrap_interval([1.0] * 30 + [0.0] * 90, confidence=0.5)
+    assert narrow.high - narrow.low < big.high - big.low
+
+
+def test_interval_needs_enough_questions():
+    assert MIN_QUESTIONS_FOR_INTERVAL == 20
+    iv = bootstrap_interval([1.0] * 3 + [0.0] * 9)
+    assert iv.mean == 0.25 and iv.n == 12
+    assert iv.low is None and iv.high is None
+    assert iv.note == "n < 20: too few questions for an interval"
+    assert bootstrap_interval([1.0] * 20).low == 1.0  # 20 is enough
+
+
+def test_format_interval():
+    assert format_interval(Interval(mean=0.25, low=1 / 6, high=1 / 3, n=24)) == "0.250 [0.167, 0.333] (n=24)"
+    assert format_interval(bootstrap_interval([1.0] * 3 + [0.0] * 9)) == "0.250 (n=12; too few for an interval)"
+
+
+def test_interval_rejects_bad_input():
+    with pytest.raises(ValueError, match="no scores"):
+        bootstrap_interval([])
+    with pytest.raises(ValueError, match="confidence"):
+        bootstrap_interval([1.0] * 30, confidence=1.0)
+    with pytest.raises(ValueError, match="resamples"):
+        bootstrap_interval([1.0] * 30, resamples=0)
+
+
+def _pairs(n10: int, n01: int, n11: int, n00: int) -> tuple[list[float], list[float]]:
+    """Per-question EM of models a and b: n10 questions only a gets right, n01 only b, ..."""
+    a = [1.0] * n10 + [0.0] * n01 + [1.0] * n11 + [0.0] * n00
+    b = [0.0] * n10 + [1.0] * n01 + [1.0] * n11 + [0.0] * n00
+    return a, b
+
+
+def test_mcnemar_exact_p_value_hand_computed():
+    a, b = _pairs(1, 6, 10, 13)  # 7 discordant pairs, 1 against b
+    c = paired_test(a, b)
+    assert c.test == "mcnemar"
+    # 2 * P(X <= 1 | n=7, p=1/2) = 2 * (1 + 7) / 128
+    assert c.p_value == pytest.approx(0.125, abs=1e-12)
+    assert (c.n, c.mean_a, c.mean_b) == (30, 11 / 30, 16 / 30)
+    assert c.diff == pytest.approx(5 / 30)
+    assert c.low < c.diff < c.high
+    # the other direction gives the same two-sided p and the opposite difference
+    d = paired_test(b, a)
+    assert d.p_value == c.p_value and d.diff == pytest.approx(-c.diff)
+
+
+def test_mcnemar_more_cases():
+    # 2 * P(X <= 0 | n=5) = 2 / 32
+    assert paired_test(*_pairs(0, 5, 10, 10)).p_value == pytest.approx(0.0625, abs=1e-12)
+    # balanced discordance: 2 * P(X <= 3 | n=6) = 2 * 42 / 64 > 1, capped
+    assert paired_test(*_pairs(3, 3, 10, 10)).p_value == 1.0
+    # no discordant pair at all
+    none = paired_test(*_pairs(0, 0, 12, 12))
+    assert none.p_value == 1.0 and none.diff == 0.0 and none.low == 0.0 == none.high
+
+
+def test_paired_bootstrap_for_non_binary_scores():
+    # F1-like scores: b beats a by 0.3 on 60 questions and loses by 0.3 on 40
+    a = [0.5] * 100
+    b = [0.8] * 60 + [0.2] * 40
+    c = paired_test(a, b)
+    assert c.test == "paired_bootstrap"
+    assert c.diff == pytest.approx(0.06)
+    # normal approximation: sd of the differences 0.2939, z = 0.06 / 0.02939 = 2.04, p = 0.041
+    assert 0.02 < c.p_value < 0.07
+    assert c.low < 0.06 < c.high and c.low > 0  # p < 0.05 and the interval excludes 0 agree here
+    assert paired_test(a, b) == c  # deterministic for the seed
+    # no difference at all, and a difference every resample keeps
+    assert paired_test(a, a).p_value == 1.0
+    assert paired_test(a, [0.75] * 100).p_value == 0.0
+
+
+def test_paired_test_small_n_has_a_p_value_but_no_interval():
+    a, b = _pairs(1, 6, 2, 3)  # n 12
+    c = paired_test(a, b)
+    assert c.n == 12 and c.low is None and c.high is None
+    assert c.note == "n < 20: too few questions for an interval"
+    assert c.p_value == pytest.approx(0.125, abs=1e-12)
+    f = paired_test([0.5] * 12, [0.6] * 6 + [0.45] * 6)
+    assert f.test == "paired_bootstrap" and f.low is None and 0.0 <= f.p_value <= 1.0
+
+
+def test_paired_test_rejects_unequal_lengths():
+    with pytest.raises(ValueError, match=r"a has 3 scores.*b has 2"):
+        paired_test([1.0, 0.0, 1.0], [1.0, 0.0])
+    with pytest.raises(ValueError, match="no scores"):
+        paired_test([], [])
+    assert isinstance(paired_test([1.0] * 20, [1.0] * 20), PairedComparison)
+
+
+@pytest.mark.parametrize(
+    "type_, kind",
+    [
+        ("bridge", "bridge"),  # HotpotQA, the synthetic world, 2Wiki
+        ("comparison", "comparison"),  # HotpotQA, the synthetic world, 2Wiki
+        ("bridge_comparison", "comparison"),  # 2WikiMultihopQA
+        ("compositional", "bridge"),  # 2WikiMultihopQA
+        ("inference", "bridge"),  # 2WikiMultihopQA
+        ("2hop", "bridge"),  # MuSiQue (id prefixes)
+        ("3hop1", "bridge"),
+        ("3hop2", "bridge"),
+        ("4hop1", "bridge"),
+        ("4hop3", "bridge"),
+        ("Comparison", "comparison"),
+        ("new-old", None),  # MINTQA: knowledge types, not a question structure
+        ("popular", None),
+        ("", None),
+        (None, None),
+    ],
+)
+def test_question_kind_maps_the_benchmarks_type_strings(type_, kind):
+    assert question_kind(type_) == kind
+
+
+def test_question_kind_reads_items_and_records():
+    item = QAItem(id="q", question="Which is older?", answers=("yes",), type="comparison")
+    assert question_kind(item) == "comparison"
+    assert question_kind(QAItem(id="q", question="Is it?", answers=("no",))) is None  # never from the answer
+    assert question_kind({"type": "bridge", "answers": ["yes"]}) == "bridge"
+    assert question_kind({"id": "x"}) is None
+
+
+def test_question_kind_covers_every_type_in_the_world_data():
+    from knowtrace_train.data.world_questions import CATEGORIES  # (type, hops) -> share
+
+    assert {question_kind(t) for t, _ in CATEGORIES} == {"bridge", "comparison"}
+
+
+def test_em_by_kind_groups_and_intervals():
+    scores = [1.0, 0.0] * 15 + [1.0] * 4 + [0.0] * 2
+    kinds = ["bridge"] * 30 + ["comparison"] * 4 + [None] * 2
+    out = em_by_kind(scores, kinds)
+    assert list(out) == ["bridge", "comparison", "unknown"]
+    assert out["bridge"].mean == 0.5 and out["bridge"].n == 30 and out["bridge"].low < 0.5 < out["bridge"].high
+    assert out["comparison"] == bootstrap_interval([1.0] * 4)
+    assert out["unknown"].mean == 0.0 and out["unknown"].n == 2 and out["unknown"].low is None
+    with pytest.raises(ValueError, match="3 scores.*2 kinds"):
+        em_by_kind([1.0, 0.0, 1.0], ["bridge", "bridge"])

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass, field
 from typing import Protocol, Sequence, runtime_checkable
 
@@ -16,7 +18,12 @@ class GenerationRequest:
     `role` picks the adapter (explore, complete, answer, ... or `BASE_ROLE`).
     `prefix` is the start of the model's answer: it is fed after the rendered prompt (in the
     chat format, inside the opened assistant turn, where training puts a completion) and is not
-    part of the returned text."""
+    part of the returned text.
+    `temperature` 0 is greedy decoding, which ignores every seed. Above 0 the request samples from
+    its own random stream, seeded with `request_seed(GeneratorConfig.seed, seed)`: the same request
+    gives the same text on a rerun, whatever else is in the batch, and requests that should differ
+    need different seeds (derive them with `request_seed`, e.g. from a trajectory id and a call
+    index)."""
 
     prompt: str | tuple[dict[str, str], ...]
     role: str = BASE_ROLE
@@ -25,6 +32,23 @@ class GenerationRequest:
     temperature: float = 0.0
     seed: int = 0
     prefix: str = ""
+
+
+def request_seed(base_seed: int, *keys: int | str) -> int:
+    """A sampling seed in [0, 2**31) derived from `base_seed` and `keys` (e.g. a trajectory id and
+    a call index): the first 4 bytes of the SHA-256 of the JSON list [base_seed, *keys], top bit
+    cleared. Unlike Python's `hash` it is the same in every process and on every machine; any
+    change of a key, its type ("1" vs 1) or the keys' order gives an unrelated seed. 31 bits fit
+    every sampler's seed (torch, numpy, vLLM). Keys are ints or strings (floats and bools are
+    refused: their text is not a stable identity)."""
+    if isinstance(base_seed, bool) or not isinstance(base_seed, int):
+        raise TypeError(f"request_seed: base_seed must be an int, got {base_seed!r}")
+    for i, key in enumerate(keys):
+        if isinstance(key, bool) or not isinstance(key, (int, str)):
+            raise TypeError(f"request_seed: key {i} must be an int or a string, got {key!r}")
+    text = json.dumps([base_seed, *keys], ensure_ascii=True, separators=(",", ":"))
+    digest = hashlib.sha256(text.encode("ascii")).digest()
+    return int.from_bytes(digest[:4], "big") & 0x7FFF_FFFF
 
 
 @dataclass(frozen=True)

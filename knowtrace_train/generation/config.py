@@ -41,7 +41,13 @@ class GeneratorConfig:
     )
     dtype: str = field(default="auto", metadata={"help": "'auto' (fp32 on CPU, bf16 on GPU), 'float32', 'bfloat16', 'float16'"})
     device: str = field(default="auto", metadata={"help": "'auto' (cuda if available), 'cpu', 'cuda', 'cuda:1', ..."})
-    seed: int = field(default=0, metadata={"help": "engine seed (each request also carries its own sampling seed)"})
+    seed: int = field(
+        default=0,
+        metadata={
+            "help": "mixed into every sampled request's seed (request_seed(seed, request.seed)): change it to "
+            "redraw all samples; greedy decoding ignores it; vllm also gets it as the engine seed"
+        },
+    )
     share_prefix: bool = field(
         default=True,
         metadata={"help": "compute a prompt prefix shared by several requests (few-shot exemplars) once"},
@@ -79,6 +85,8 @@ class GeneratorConfig:
                 raise GenerationError(f"GeneratorConfig.{name} must be a positive integer, got {getattr(self, name)!r}")
         if self.max_context is not None and (not isinstance(self.max_context, int) or self.max_context < 2):
             raise GenerationError(f"GeneratorConfig.max_context must be an integer >= 2, got {self.max_context!r}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int):
+            raise GenerationError(f"GeneratorConfig.seed must be an integer, got {self.seed!r}")
         if self.dtype not in ("auto", "float32", "bfloat16", "float16"):
             raise GenerationError(f"GeneratorConfig.dtype: unknown dtype {self.dtype!r}")
 

@@ -5,7 +5,11 @@ then by a shared prompt prefix (the instruction and few-shot exemplars). A share
 once per adapter and kept across calls (see `prefix.py`). Each group then decodes with continuous
 batching: up to `batch_size` sequences step in lockstep; prompts are prefilled (only their own
 suffixes, in chunks padded to their own longest) into a finished sequence's slot at once. Decoding
-is greedy, or sampled with the request's seed, with each request's stop strings and token limit.
+is greedy, or sampled (temperature > 0) from each row's own torch.Generator seeded with
+`request_seed(config.seed, request.seed)`, with each request's stop strings and token limit. A
+sampled row draws one token per step from its own stream, so its text does not depend on its
+neighbours or the batch size (up to float rounding of the batched logits, which would have to
+land on a near-tie to change a draw).
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from typing import Iterator, Sequence
 import torch
 from tqdm.auto import tqdm
 
-from knowtrace_train.generation.base import Completion, GenerationError, GenerationRequest
+from knowtrace_train.generation.base import Completion, GenerationError, GenerationRequest, request_seed
 from knowtrace_train.generation.config import GeneratorConfig
 from knowtrace_train.generation.models import resolve_model
 from knowtrace_train.generation.prefix import (
@@ -373,10 +377,13 @@ class TransformersGenerator:
         return out.logits[:, -1].float()
 
     def _sampler(self, r: PreparedRequest) -> torch.Generator | None:
+        """The row's own random stream (None for greedy), on the model's device and seeded with
+        `request_seed(config.seed, request.seed)`: a row's samples depend on its request only,
+        never on the rows decoding beside it or on the batch size."""
         if r.request.temperature <= 0:
             return None
         g = torch.Generator(device=self.device)
-        g.manual_seed(r.request.seed)
+        g.manual_seed(request_seed(self.config.seed, r.request.seed))
         return g
 
     @staticmethod

@@ -13,7 +13,7 @@ import logging
 import os
 from typing import Sequence
 
-from knowtrace_train.generation.base import Completion, GenerationError, GenerationRequest
+from knowtrace_train.generation.base import Completion, GenerationError, GenerationRequest, request_seed
 from knowtrace_train.generation.config import GeneratorConfig
 from knowtrace_train.generation.hf import check_adapter_dir
 from knowtrace_train.generation.models import resolve_model
@@ -108,7 +108,9 @@ class VLLMGenerator:
                 max_tokens=p.request.max_new_tokens,
                 stop=list(p.request.stop) or None,
                 temperature=p.request.temperature,
-                seed=p.request.seed if p.request.temperature > 0 else None,
+                # the same per-request seed as the transformers backend derives (not the same
+                # stream: the engines sample differently); greedy requests take none
+                seed=request_seed(self.config.seed, p.request.seed) if p.request.temperature > 0 else None,
                 skip_special_tokens=True,
             )
             for p in prepared
