@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import Iterator
 
 import pytest
 import torch
@@ -51,8 +52,9 @@ def make(model_dir, **kw) -> TransformersGenerator:
 
 
 @pytest.fixture(scope="module")
-def gen(tiny_model_dir) -> TransformersGenerator:
-    return make(tiny_model_dir, batch_size=3)
+def gen(tiny_model_dir) -> Iterator[TransformersGenerator]:
+    with make(tiny_model_dir, batch_size=3) as g:
+        yield g
 
 
 @pytest.fixture(scope="module")
@@ -208,8 +210,9 @@ def adapters(tiny_model_dir, tmp_path_factory) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def role_gen(tiny_model_dir, adapters) -> TransformersGenerator:
-    return make(tiny_model_dir, adapters=adapters, base_roles=("answer",), batch_size=4)
+def role_gen(tiny_model_dir, adapters) -> Iterator[TransformersGenerator]:
+    with make(tiny_model_dir, adapters=adapters, base_roles=("answer",), batch_size=4) as g:
+        yield g
 
 
 def test_adapters_change_outputs_and_base_role_equals_plain_model(role_gen, gen):
