@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import Iterator
 
 import pytest
 import torch
@@ -15,7 +16,10 @@ from knowtrace_train.generation import (
     GeneratorConfig,
     build_generator,
 )
-from knowtrace_train.generation.hf import TransformersGenerator
+from knowtrace_train.generation.hf import TransformersGenerator, pick_device
+
+#: where the generators under test run ("auto": CUDA where available); references run there too
+DEVICE = pick_device("auto")
 
 EXEMPLARS = (
     "Answer with a triplet.\nQuestion: Who founded Brindle Mills?\n(Brindle Mills; founded by; Oskar Venn)\n"
@@ -41,12 +45,16 @@ def requests(role: str = BASE_ROLE, n: int = 12, **kw) -> list[GenerationRequest
 def make(model_dir, **kw) -> TransformersGenerator:
     kw.setdefault("progress", False)
     kw.setdefault("prompt_format", "plain")
+    # float32 on every device ('auto' is bf16 on GPUs): the tests compare decodes run in different
+    # batch shapes, which bf16 rounding would let part at a random model's near-ties
+    kw.setdefault("dtype", "float32")
     return TransformersGenerator(GeneratorConfig(model=str(model_dir), **kw))
 
 
 @pytest.fixture(scope="module")
-def gen(tiny_model_dir) -> TransformersGenerator:
-    return make(tiny_model_dir, batch_size=3)
+def gen(tiny_model_dir) -> Iterator[TransformersGenerator]:
+    with make(tiny_model_dir, batch_size=3) as g:
+        yield g
 
 
 @pytest.fixture(scope="module")
@@ -54,11 +62,11 @@ def reference(tiny_model_dir):
     """Greedy model.generate, one prompt at a time, on the plain model (the slow, obvious way)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    model = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir)).eval()
+    model = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir), dtype=torch.float32).to(DEVICE).eval()
     tok = AutoTokenizer.from_pretrained(str(tiny_model_dir))
 
     def run(prompt: str, n: int, model=model) -> list[int]:
-        ids = tok(prompt, return_tensors="pt").input_ids
+        ids = tok(prompt, return_tensors="pt").input_ids.to(model.device)
         with torch.inference_mode():
             out = model.generate(
                 ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, min_new_tokens=n,
@@ -202,8 +210,9 @@ def adapters(tiny_model_dir, tmp_path_factory) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def role_gen(tiny_model_dir, adapters) -> TransformersGenerator:
-    return make(tiny_model_dir, adapters=adapters, base_roles=("answer",), batch_size=4)
+def role_gen(tiny_model_dir, adapters) -> Iterator[TransformersGenerator]:
+    with make(tiny_model_dir, adapters=adapters, base_roles=("answer",), batch_size=4) as g:
+        yield g
 
 
 def test_adapters_change_outputs_and_base_role_equals_plain_model(role_gen, gen):
@@ -315,14 +324,15 @@ def test_smollm2_batched_with_shared_prefix_equals_model_generate(smollm2_dir):
     )
     texts = [f"{shots}Text: Dara Quill is the mayor of Port Elsin.\n", f"{shots}Text: The Quiet Atlas was published by Fenwick Press.\n"]
     stop = ("\n\n",)
-    gen = TransformersGenerator(GeneratorConfig(model=str(smollm2_dir), progress=False))
+    gen = TransformersGenerator(GeneratorConfig(model=str(smollm2_dir), progress=False, dtype="float32"))
     out = gen.generate([GenerationRequest(prompt=t, role="explore", max_new_tokens=16, stop=stop) for t in texts])
     assert gen.stats["prompt_tokens_shared"] > 0
     tok = AutoTokenizer.from_pretrained(str(smollm2_dir))
-    model = AutoModelForCausalLM.from_pretrained(str(smollm2_dir)).eval()
+    # the reference on the generator's device and dtype
+    model = AutoModelForCausalLM.from_pretrained(str(smollm2_dir), dtype=torch.float32).to(gen.device).eval()
     for t, c in zip(texts, out):
         rendered = tok.apply_chat_template([{"role": "user", "content": t}], add_generation_prompt=True, tokenize=False)
-        enc = tok(rendered, add_special_tokens=False, return_tensors="pt")
+        enc = tok(rendered, add_special_tokens=False, return_tensors="pt").to(model.device)
         with torch.inference_mode():
             ref = model.generate(**enc, max_new_tokens=16, do_sample=False, pad_token_id=tok.pad_token_id)
         ref_text = tok.decode(ref[0, enc.input_ids.shape[1]:], skip_special_tokens=True)

@@ -12,6 +12,7 @@ from knowtrace_train.generation import (  # noqa: E402
     BASE_ROLE,
     GenerationError,
     GenerationRequest,
+    GeneratorClosedError,
     GeneratorConfig,
     build_generator,
 )
@@ -72,11 +73,30 @@ def engine(small_model_dir, adapters):
 
 @pytest.fixture(scope="module")
 def hf(small_model_dir, adapters):
-    return build_generator(config(small_model_dir, adapters=adapters, base_roles=("answer",)))
+    with build_generator(config(small_model_dir, adapters=adapters, base_roles=("answer",))) as gen:
+        yield gen
 
 
 def reqs(role=BASE_ROLE, n=8, **kw):
     return [GenerationRequest(prompt=p, role=role, max_new_tokens=n, **kw) for p in PROMPTS]
+
+
+def test_close_stops_the_engine_and_hands_back_its_gpu_memory(small_model_dir):
+    """First in this file, before the module's engine starts: on a GPU this engine is the only one."""
+    on_gpu = torch.cuda.is_available()
+    free_before = torch.cuda.mem_get_info()[0] if on_gpu else 0
+    gib = 2**30
+    with build_generator(config(small_model_dir, backend="vllm", gpu_memory_utilization=0.3)) as gen:
+        assert gen.generate(reqs(n=4)[:1])[0].output_tokens > 0
+        if on_gpu:
+            assert torch.cuda.mem_get_info()[0] < free_before - gib  # weights and KV cache: 30% of the GPU
+    assert gen.closed and gen.llm is None
+    gen.close()  # twice is fine
+    with pytest.raises(GeneratorClosedError, match="VLLMGenerator was closed"):
+        gen.generate(reqs())
+    if on_gpu:
+        # all of it back, but for what this process keeps for its own CUDA context
+        assert torch.cuda.mem_get_info()[0] > free_before - gib
 
 
 def test_greedy_outputs_match_the_transformers_backend_per_role(engine, hf):

@@ -516,7 +516,9 @@ def test_engine_on_a_tiny_model(tiny_model_dir):
     has real token counts, and the batched run matches the one-question-at-a-time run."""
     from knowtrace_train.generation import GeneratorConfig, build_generator
 
-    gen = build_generator(GeneratorConfig(model=str(tiny_model_dir), progress=False))
+    # float32 on every device ('auto' is bf16 on GPUs, whose rounding would let the batched and the
+    # single run part at a random model's near-ties)
+    gen = build_generator(GeneratorConfig(model=str(tiny_model_dir), progress=False, dtype="float32"))
     cfg = KnowTraceConfig(max_rounds=2, passages=2)
     cfg.max_new_tokens.explore = cfg.max_new_tokens.complete = 12
     cfg.max_new_tokens.answer = 6

