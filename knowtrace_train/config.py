@@ -269,10 +269,12 @@ def load_config(
     path: str | Path | None = None,
     overrides: Sequence[str] | None = None,
     aliases: Mapping[str, str] | None = None,
+    data: Mapping[str, Any] | None = None,
 ) -> T:
     """Build `cls` from the YAML file at `path` (optional) and command-line `overrides`
-    (`--key value`, `--key=value`, `--a.b value`; `aliases` maps short keys to dotted ones)."""
-    data = read_yaml(path) if path is not None else {}
+    (`--key value`, `--key=value`, `--a.b value`; `aliases` maps short keys to dotted ones).
+    `data` replaces the file's content where a caller has read and amended it (errors still name `path`)."""
+    data = dict(data) if data is not None else read_yaml(path) if path is not None else {}
     parsed = parse_overrides(overrides or (), aliases)
     for k, v in parsed.items():
         _set_dotted(data, k, v)

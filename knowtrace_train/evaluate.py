@@ -75,6 +75,10 @@ class EvalConfig:
     #: torch CPU threads (None: torch's default, one per core). On a machine shared with other
     #: jobs, 1 avoids oversubscription, which can slow CPU decoding down tenfold.
     threads: int | None = None
+    #: a self-training run folder whose model to evaluate: its M0, adapters, prompt format and strategy settings
+    run: str | None = None
+    #: the run's model: base (raw), 0 (M0), an iteration z, or last
+    iteration: str | int = "last"
 
     def __post_init__(self) -> None:
         if self.chunk_size < 0:
@@ -96,10 +100,36 @@ EVAL_ALIASES = {"limit": "dataset.limit"}
 
 
 def load_eval_config(path: str | Path | None = None, overrides: Sequence[str] = ()) -> EvalConfig:
-    """EvalConfig from a YAML file and `--key value` overrides (see knowtrace_train.config)."""
+    """EvalConfig from a YAML file and `--key value` overrides (see knowtrace_train.config). With
+    `run` set, the model comes from that self-training run (`with_run_model`)."""
     from knowtrace_train.config import load_config
 
-    return load_config(EvalConfig, path, list(overrides), aliases=EVAL_ALIASES)
+    config = load_config(EvalConfig, path, list(overrides), aliases=EVAL_ALIASES)
+    return config if config.run is None else with_run_model(config, path, overrides)
+
+
+def with_run_model(config: EvalConfig, path: str | Path | None, overrides: Sequence[str]) -> EvalConfig:
+    """The config with the model of `config.run` at `config.iteration`: its weights, adapters per role,
+    prompt format and strategy settings exactly as the run evaluated it (the file's `generator` keeps its
+    other keys; its `strategy` is replaced); command-line overrides still apply on top. The output
+    defaults to <run>/eval/<dataset folder>_<file stem>_<model>.jsonl."""
+    from knowtrace_train.config import COMMAND_LINE, ConfigError, config_to_dict, load_config, parse_overrides, read_yaml
+    from knowtrace_train.selftrain.models import run_model
+
+    try:
+        rm = run_model(config.run, config.iteration)
+    except ValueError as e:
+        raise ConfigError(f"{COMMAND_LINE} (--run {config.run} --iteration {config.iteration}): {e}") from e
+    data = read_yaml(path) if path is not None else {}
+    g = rm.generator
+    data["generator"] = {**(data.get("generator") or {}), "model": g.model, "adapters": dict(g.adapters),
+                         "base_roles": list(g.base_roles), "prompt_format": g.prompt_format}
+    data["strategy"] = config_to_dict(rm.strategy)
+    if "output" not in parse_overrides(overrides, EVAL_ALIASES):
+        d = Path(config.dataset.path)
+        data["output"] = str(Path(config.run) / "eval" / f"{d.parent.name}_{d.stem}_{rm.state.name}.jsonl")
+    log.info("evaluating %s of %s (model %s, adapters %s)", rm.state.name, config.run, g.model, dict(g.adapters) or "none")
+    return load_config(EvalConfig, path, list(overrides), aliases=EVAL_ALIASES, data=data)
 
 
 # -- the run --------------------------------------------------------------------------------

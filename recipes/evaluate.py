@@ -1,6 +1,11 @@
-"""Evaluate KnowTrace on a dataset split and print EM, F1 and the paper's cost columns.
+"""Evaluate a method (KnowTrace by default) on a dataset split and print EM, F1 and the paper's cost columns.
 
     python recipes/evaluate.py --config recipes/configs/eval_world.yaml --limit 16 --output runs/eval/world_dev.jsonl
+    python recipes/evaluate.py --run runs/selftrain_default --iteration 2 --config recipes/configs/eval_hotpotqa.yaml
+
+`--run RUN --iteration Z` evaluates a self-training run's model: M0, iteration Z's adapters per role, the
+prompt format and the strategy settings all come from the run (`--iteration 0` is M0, `base` the raw model,
+`last` the default); the trajectories go to RUN/eval/<dataset>_<model>.jsonl unless --output says otherwise.
 
 Any config key can be overridden (`--strategy.max_rounds 3`, `--generator.adapters.explore DIR`).
 Trajectories are appended to --output as each question finishes; a rerun skips the questions

@@ -44,7 +44,7 @@ from knowtrace_train.io import write_json, write_jsonl
 from knowtrace_train.methods import Method, StrategyConfig, get_method
 from knowtrace_train.selftrain.bootstrap import Bootstrap
 from knowtrace_train.selftrain.config import SelfTrainConfig
-from knowtrace_train.selftrain.models import ModelState, read_records
+from knowtrace_train.selftrain.models import ModelState, generator_config, read_records, strategy_config
 from knowtrace_train.selftrain.rollout import run_rollouts
 from knowtrace_train.stages import Processes, StageRunner
 from knowtrace_train.trajectory import read_trajectories
@@ -236,14 +236,10 @@ class SelfTrain(Bootstrap):
         return self.method.generator_roles(self.config.strategy)
 
     def generator_config(self, state: ModelState):
-        adapters = {k: str(v) for k, v in state.adapters.items()}
-        base_roles = tuple(sorted(self.used_roles() - set(adapters))) if adapters else ()
-        return dataclasses.replace(self.config.generator, model=state.model, adapters=adapters, base_roles=base_roles)
+        return generator_config(self.config, state)
 
     def strategy_config(self, state: ModelState, seed: int) -> StrategyConfig:
-        """The strategy settings `state` runs with (the method's prompts for trained roles) and `seed`."""
-        cfg = self.config
-        return self.method.with_seed(self.method.for_model(cfg.strategy, state.trained, cfg.fewshot_trained), seed)
+        return strategy_config(self.config, state, seed)
 
     def _rollout(self, state: ModelState, items: Sequence[QAItem], out: Path, seed: int, desc: str,
                  iteration: int | None) -> dict[str, Any]:

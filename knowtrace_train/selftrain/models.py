@@ -1,12 +1,17 @@
-"""The models of the loop: a model state (weights and an adapter per role), and the records a stage wrote."""
+"""The models of the loop: a model state (weights and an adapter per role), the generator and strategy
+settings it runs with, and the model of any iteration of a finished run folder (for `evaluate --run`)."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
 from knowtrace_train.io import iter_jsonl
+from knowtrace_train.methods import StrategyConfig, get_method
+from knowtrace_train.selftrain.config import SelfTrainConfig
 
 
 @dataclass(frozen=True)
@@ -24,3 +29,97 @@ class ModelState:
 def read_records(path: Path) -> list[dict[str, Any]]:
     """The SFT records of a sft_<kind>.jsonl file (none where it does not exist)."""
     return [obj for _, obj in iter_jsonl(path)] if path.is_file() else []
+
+
+
+def generator_config(config: SelfTrainConfig, state: ModelState):
+    """The run's generator settings for `state`: its weights and adapters; the method's roles without
+    an adapter run on the base weights."""
+    adapters = {k: str(v) for k, v in state.adapters.items()}
+    used = get_method(config.strategy.name).generator_roles(config.strategy)
+    base_roles = tuple(sorted(used - set(adapters))) if adapters else ()
+    return dataclasses.replace(config.generator, model=state.model, adapters=adapters, base_roles=base_roles)
+
+
+def strategy_config(config: SelfTrainConfig, state: ModelState, seed: int) -> StrategyConfig:
+    """The strategy settings `state` runs with (the method's prompts for trained roles) and `seed`."""
+    method = get_method(config.strategy.name)
+    return method.with_seed(method.for_model(config.strategy, state.trained, config.fewshot_trained), seed)
+
+
+@dataclass(frozen=True)
+class RunModel:
+    """The model of one iteration of a run folder, with the settings the loop evaluated it with."""
+
+    state: ModelState
+    #: the seed the loop's dev evaluation of this model used
+    seed: int
+    config: SelfTrainConfig
+
+    @property
+    def generator(self):
+        return generator_config(self.config, self.state)
+
+    @property
+    def strategy(self) -> StrategyConfig:
+        return strategy_config(self.config, self.state, self.seed)
+
+
+def run_model(run_dir: str | Path, iteration: str | int) -> RunModel:
+    """The model of `iteration` of the run in `run_dir`: "base" (the raw model), 0 (M0: the bootstrapped
+    model, or the raw base where the run had no bootstrap), z (M0 with iteration z's adapters; an
+    iteration that trained nothing is the model before it) or "last" (the last iteration with a model).
+    Raises ValueError naming the file that is missing or wrong."""
+    from knowtrace_train.config import load_config
+
+    run_dir = Path(run_dir)
+    cfg_file = run_dir / "config.yaml"
+    if not cfg_file.is_file():
+        raise ValueError(f"{run_dir}: not a self-training run folder (no config.yaml)")
+    config = load_config(SelfTrainConfig, cfg_file)
+    base = ModelState(name="base", model=config.generator.model)
+    if str(iteration) == "base":
+        return RunModel(base, config.strategy.seed, config)
+    if str(iteration) == "last":
+        done = sorted(int(p.name[5:]) for p in run_dir.glob("iter_*") if p.name[5:].isdigit()
+                      and (p / "metrics.json").is_file())
+        if not done:
+            raise ValueError(f"{run_dir}: no iteration has finished (no iter_<z>/metrics.json)")
+        iteration = done[-1]
+    try:
+        z = int(iteration)
+    except ValueError:
+        raise ValueError(f"iteration must be base, last or an integer >= 0, got {iteration!r}") from None
+    if z < 0:
+        raise ValueError(f"iteration must be base, last or an integer >= 0, got {z}")
+    m0 = _m0_state(run_dir, config, base)
+    state = m0
+    for k in range(1, z + 1):
+        metrics = run_dir / f"iter_{k}" / "metrics.json"
+        if not metrics.is_file():
+            raise ValueError(f"{metrics}: iteration {k} of {run_dir} has not finished")
+        m = json.loads(metrics.read_text(encoding="utf-8"))
+        adapters = {a: str(_in_run(run_dir, p)) for a, p in (m.get("adapters") or {}).items()}
+        if m.get("status") == "empty" or not adapters:
+            state = dataclasses.replace(state, name=f"M{k}")
+        else:
+            state = ModelState(name=f"M{k}", model=m0.model, adapters=adapters, trained=m0.trained | frozenset(adapters))
+    return RunModel(state, config.strategy.seed + z, config)
+
+
+def _m0_state(run_dir: Path, config: SelfTrainConfig, base: ModelState) -> ModelState:
+    m0_file = run_dir / "m0.json"
+    if not m0_file.is_file():
+        raise ValueError(f"{m0_file}: the run has no M0 yet")
+    m0 = json.loads(m0_file.read_text(encoding="utf-8"))
+    if not m0.get("bootstrapped"):
+        return base
+    if "path" not in m0:
+        raise ValueError(f"{m0_file}: no \"path\" of the M0 model")
+    trained = frozenset(get_method(config.strategy.name).record_roles(config.strategy).values())
+    return ModelState(name="M0", model=str(_in_run(run_dir, m0["path"])), trained=trained)
+
+
+def _in_run(run_dir: Path, p: str) -> Path:
+    """A path as a run's files record it: relative to the run folder unless absolute."""
+    return Path(p) if Path(p).is_absolute() else run_dir / p
