@@ -219,7 +219,8 @@ def evaluate(
             from knowtrace_train.retrieval import build_retriever
 
             retriever = build_retriever(config.retriever, load_corpus(config, everything))
-        if generator is None:
+        owned = generator is None
+        if owned:
             from knowtrace_train.generation import build_generator
 
             set_threads(config.threads)
@@ -241,8 +242,12 @@ def evaluate(
 
         chunk = config.chunk_size or len(todo)
         t0 = time.perf_counter()
-        for start in range(0, len(todo), chunk):
-            engine.run(todo[start : start + chunk], generator, retriever, on_done=finished)
+        try:
+            for start in range(0, len(todo), chunk):
+                engine.run(todo[start : start + chunk], generator, retriever, on_done=finished)
+        finally:
+            if owned:
+                generator.close()  # a generator passed in stays the caller's to close
         if bar is not None:
             bar.close()
         log.info("ran %d questions in %.1fs", len(todo), time.perf_counter() - t0)

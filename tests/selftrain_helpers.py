@@ -90,6 +90,9 @@ class OracleGenerator:
     def count_tokens(self, text: str) -> int:
         return self.inner.count_tokens(text)
 
+    def close(self) -> None:
+        self.inner.close()
+
 
 def oracle_answers(run) -> dict[str, str]:
     """prompt -> gold output over the run's rollout and dev questions (with the run's retriever)."""

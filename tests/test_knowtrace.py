@@ -84,6 +84,9 @@ class ScriptedGenerator:
     def count_tokens(self, text: str) -> int:
         return len(text.split())
 
+    def close(self) -> None:
+        self.closed = True
+
 
 class WordRetriever:
     """Scores passages by shared words with the query; a query sharing none gets nothing."""
@@ -532,3 +535,29 @@ def test_engine_on_a_tiny_model(tiny_model_dir):
         assert Trajectory.from_dict(t.to_dict()).to_dict() == t.to_dict()
     single = KnowTrace(cfg).run(items()[:1], gen, ret)[0]
     assert [c.output for c in single.calls] == [c.output for c in trajs[0].calls]
+
+
+def test_each_call_samples_from_its_own_reproducible_stream():
+    """Every request of a run carries its own seed (trajectory id and call index); a rerun sends the same ones."""
+    def seeds_of_a_run(base_seed: int) -> list[tuple[str, int, int]]:
+        sent: list[tuple[str, int]] = []
+
+        def respond(parts, req):
+            sent.append((req.seed, req.temperature))
+            return chain_model(parts, req)
+
+        trajs = KnowTrace(KnowTraceConfig(temperature=0.7, seed=base_seed)).run(
+            items(), ScriptedGenerator(respond), WordRetriever(WORLD))
+        assert all(t == 0.7 for _, t in sent)
+        return [s for s, _ in sent], trajs
+
+    first, trajs = seeds_of_a_run(0)
+    assert len(set(first)) == len(first) == sum(len(t.calls) for t in trajs)
+    again, _ = seeds_of_a_run(0)
+    assert again == first
+    other, _ = seeds_of_a_run(1)
+    assert not set(other) & set(first)
+    from knowtrace_train.generation.base import request_seed
+
+    t = trajs[0]
+    assert request_seed(0, t.id, 0) in first and request_seed(0, t.id, len(t.calls) - 1) in first

@@ -108,10 +108,17 @@ class HalfOracle:
         self.inner.close()
 
 
-def _oracle_factory(items):
+def _oracle_factory(items, made: list):
+    """Builds a HalfOracle per stage, and checks that each stage starts after the last one's generator
+    was closed (its model's memory returned before the next model loads)."""
     from knowtrace_train.generation import build_generator
 
-    return lambda gen_cfg: HalfOracle(build_generator(gen_cfg), items)
+    def make(gen_cfg):
+        assert all(g.closed for g in made), "a stage built a generator while the previous one was still open"
+        made.append(HalfOracle(build_generator(gen_cfg), items))
+        return made[-1]
+
+    return make
 
 
 # -- tests -------------------------------------------------------------------------------------------
@@ -163,8 +170,11 @@ def test_one_star_iteration_of_the_toy_method(direct, tmp_path, tiny_model_dir):
             keep += [k, v]
     cfg = load_config(SelfTrainConfig, None, keep)
     run = SelfTrain(cfg, progress=False)
-    run.make_generator = _oracle_factory(load_items(DEV))
+    made: list[HalfOracle] = []
+    run.make_generator = _oracle_factory(load_items(DEV), made)
     summary = run.run()
+    # rollout and evaluation each built one generator and closed it when the stage ended
+    assert len(made) == 2 and all(g.closed for g in made)
     it = run.run_dir / "iter_1"
     rationale = json.loads((it / "rationale.json").read_text())
     assert rationale["mode"] == "star" and rationale["fa_ratio"] is None and rationale["correct"] >= 1

@@ -66,31 +66,35 @@ def run_rollouts(
     chunks = [list(items[i : i + chunk_size]) for i in range(0, len(items), chunk_size)]
     bar = _bar(len(items), desc, progress and procs.is_main)
     result: list[Trajectory] = []
-    for c, chunk in enumerate(chunks):
-        part = parts / f"{c:05d}.jsonl"
-        if part.is_file():
-            trajs = read_trajectories(part)
-            if [t.question_id for t in trajs] != [it.id for it in chunk]:
-                raise ValueError(f"{part} holds other questions than chunk {c}; remove {parts} to rerun the stage")
-        else:
-            if generator is None:
-                generator = make_generator()
-            mine = chunk[procs.rank :: procs.world]
-            local = engine.run(mine, generator, retriever) if mine else []
-            for t in local:
-                s = score(t.prediction, t.answers)
-                t.em, t.f1, t.iteration = s["em"], s["f1"], iteration
-            gathered = procs.gather([t.to_dict() for t in local])
-            by_id = {d["question_id"]: d for rank_rows in gathered for d in rank_rows}
-            rows = [by_id[it.id] for it in chunk]
-            if procs.is_main:
-                write_jsonl(part, rows)
-            trajs = [Trajectory.from_dict(d) for d in rows]
-            procs.barrier()
-        result.extend(trajs)
-        if bar is not None:
-            bar.update(len(chunk))
-            bar.set_postfix(em=f"{sum(t.em or 0 for t in result) / len(result):.3f}")
+    try:
+        for c, chunk in enumerate(chunks):
+            part = parts / f"{c:05d}.jsonl"
+            if part.is_file():
+                trajs = read_trajectories(part)
+                if [t.question_id for t in trajs] != [it.id for it in chunk]:
+                    raise ValueError(f"{part} holds other questions than chunk {c}; remove {parts} to rerun the stage")
+            else:
+                if generator is None:
+                    generator = make_generator()
+                mine = chunk[procs.rank :: procs.world]
+                local = engine.run(mine, generator, retriever) if mine else []
+                for t in local:
+                    s = score(t.prediction, t.answers)
+                    t.em, t.f1, t.iteration = s["em"], s["f1"], iteration
+                gathered = procs.gather([t.to_dict() for t in local])
+                by_id = {d["question_id"]: d for rank_rows in gathered for d in rank_rows}
+                rows = [by_id[it.id] for it in chunk]
+                if procs.is_main:
+                    write_jsonl(part, rows)
+                trajs = [Trajectory.from_dict(d) for d in rows]
+                procs.barrier()
+            result.extend(trajs)
+            if bar is not None:
+                bar.update(len(chunk))
+                bar.set_postfix(em=f"{sum(t.em or 0 for t in result) / len(result):.3f}")
+    finally:
+        if generator is not None:
+            generator.close()  # the next stage (training, another model) gets its memory back
     if bar is not None:
         bar.close()
     if procs.is_main:

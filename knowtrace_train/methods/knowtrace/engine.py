@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from knowtrace_train.data.schema import Passage, QAItem
-from knowtrace_train.generation.base import Completion, GenerationError, GenerationRequest, Generator
+from knowtrace_train.generation.base import Completion, GenerationError, GenerationRequest, Generator, request_seed
 from knowtrace_train.kg import GuidancePair, TracedTriplet
 from knowtrace_train.methods.hints import trajectory_id
 from knowtrace_train.methods.knowtrace.config import ANSWER, COMPLETE, EXPLORE, KG_TO_TEXT, STRATEGY_NAME, KnowTraceConfig
@@ -275,6 +275,13 @@ class KnowTrace:
         if not jobs:
             return [], 0.0
         cfg = self.config
+        # each call samples from its own stream: seeded by the question's trajectory and the call's index
+        next_index: dict[int, int] = {}
+        seeds = []
+        for j in jobs:
+            i = next_index.get(id(j.state), len(j.state.traj.calls))
+            next_index[id(j.state)] = i + 1
+            seeds.append(request_seed(cfg.seed, j.state.traj.id, i))
         requests = [
             GenerationRequest(
                 prompt=j.prompt,
@@ -283,9 +290,9 @@ class KnowTrace:
                 max_new_tokens=getattr(cfg.max_new_tokens, j.kind),
                 stop=EXPLORE_STOP if j.kind in (EXPLORE, ANSWER) else COMPLETE_STOP if j.kind == COMPLETE else KG_TO_TEXT_STOP,
                 temperature=cfg.temperature,
-                seed=cfg.seed,
+                seed=seed,
             )
-            for j in jobs
+            for j, seed in zip(jobs, seeds)
         ]
         t0 = time.perf_counter()
         results = self._generate_safe(requests)
