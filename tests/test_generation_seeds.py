@@ -14,17 +14,8 @@ from knowtrace_train.generation import GenerationRequest, GeneratorConfig
 from knowtrace_train.generation.base import request_seed
 from knowtrace_train.generation.hf import TransformersGenerator
 
-EXEMPLARS = (
-    "Answer with a triplet.\nQuestion: Who founded Brindle Mills?\n(Brindle Mills; founded by; Oskar Venn)\n"
-    "Question: Which river flows through Teslin?\n(Teslin; located on; Ardel River)\n"
-)
-QUESTIONS = [
-    "Who wrote The Glass Orchard?",
-    "Where was Ivo Brandt born?",
-    "Which team does the coach of the Varna Hawks support, and since when?",
-    "What is the capital of Marovia?",
-    "Who directed Night Ferry?",
-]
+from test_generation import EXEMPLARS, QUESTIONS  # noqa: E402  (the same prompts as the backend's tests)
+
 PROMPTS = [f"{EXEMPLARS}Question: {q}\n" for q in QUESTIONS]
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 

@@ -76,24 +76,27 @@ print(json.dumps({
 """
 
 
-def run_with_fake_jax(tmp_path: Path, mode: str) -> tuple[dict, list[str], str]:
+def fake_jax_site(tmp_path: Path) -> tuple[Path, Path]:
+    """The stand-in jax package written under tmp_path, and the log it writes its imports and calls to."""
     fake = tmp_path / "fake_site"
     for rel, body in FAKE_JAX.items():
         (fake / rel).parent.mkdir(parents=True, exist_ok=True)
         (fake / rel).write_text(textwrap.dedent(body))
-    log = tmp_path / "jax.log"
-    env = dict(os.environ)
-    env["FAKE_JAX_LOG"] = str(log)
-    env["PYTHONPATH"] = os.pathsep.join([str(fake), str(REPO)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
-    proc = subprocess.run(
-        [sys.executable, "-c", SCRIPT, mode, str(tmp_path / "cache")],
-        env=env,
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    return fake, tmp_path / "jax.log"
+
+
+def run_python(tmp_path: Path, args: list[str], pythonpath: list[Path], **env_extra: str) -> subprocess.CompletedProcess:
+    """`python args...` in a fresh process with `pythonpath` first on its path; asserts it exited 0."""
+    env = dict(os.environ, **env_extra)
+    env["PYTHONPATH"] = os.pathsep.join([str(p) for p in pythonpath] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    proc = subprocess.run([sys.executable, *args], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
+    return proc
+
+
+def run_with_fake_jax(tmp_path: Path, mode: str) -> tuple[dict, list[str], str]:
+    fake, log = fake_jax_site(tmp_path)
+    proc = run_python(tmp_path, ["-c", SCRIPT, mode, str(tmp_path / "cache")], [fake, REPO], FAKE_JAX_LOG=str(log))
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result["top"] == [["Berlin"]] * 4, result
     return result, log.read_text().splitlines() if log.exists() else [], proc.stderr
@@ -101,21 +104,9 @@ def run_with_fake_jax(tmp_path: Path, mode: str) -> tuple[dict, list[str], str]:
 
 def test_the_fake_jax_is_what_an_unguarded_bm25s_import_would_pick_up(tmp_path):
     """The stand-in is found and used by bm25s itself: otherwise the tests below prove nothing."""
-    fake = tmp_path / "fake_site"
-    for rel, body in FAKE_JAX.items():
-        (fake / rel).parent.mkdir(parents=True, exist_ok=True)
-        (fake / rel).write_text(textwrap.dedent(body))
-    log = tmp_path / "jax.log"
-    env = dict(os.environ, FAKE_JAX_LOG=str(log), PYTHONPATH=str(fake))
-    proc = subprocess.run(
-        [sys.executable, "-c", "import bm25s.selection as s; print(s.JAX_IS_AVAILABLE)"],
-        env=env,
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr
+    fake, log = fake_jax_site(tmp_path)
+    proc = run_python(tmp_path, ["-c", "import bm25s.selection as s; print(s.JAX_IS_AVAILABLE)"], [fake],
+                      FAKE_JAX_LOG=str(log), PYTHONPATH="")
     assert proc.stdout.strip() == "True"
     assert "jax.lax.top_k" in log.read_text().splitlines()
 
@@ -168,17 +159,7 @@ def test_building_and_querying_bm25_leaves_gpu_memory_alone(tmp_path):
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device")
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
-    proc = subprocess.run(
-        [sys.executable, "-c", GPU_SCRIPT, str(tmp_path / "cache")],
-        env=env,
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr
+    proc = run_python(tmp_path, ["-c", GPU_SCRIPT, str(tmp_path / "cache")], [REPO])
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result["top"] == [["doc 3"]] * 3, result
     # other processes may share the GPU: allow a few MiB of drift, far below what JAX takes

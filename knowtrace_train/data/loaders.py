@@ -1,4 +1,4 @@
-"""Read benchmark files (HotpotQA, 2WikiMultihopQA, MuSiQue, MINTQA, generic JSONL) into `QAItem`s.
+"""Read benchmark files (HotpotQA, 2WikiMultihopQA, MuSiQue, MINTQA, generic JSONL) into `QAItem`s (over 500 lines: one reader per format, sharing the row-error machinery, is easier to audit in one file).
 
 A file is a JSON array or JSON Lines (told apart by its first character, `[` or not); its row
 format is told by the keys of its first record (`detect_format`), or named with `format=`:

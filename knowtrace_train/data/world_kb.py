@@ -1,4 +1,4 @@
-"""The knowledge base of the synthetic world: entities of several kinds, their facts and their names."""
+"""The knowledge base of the synthetic world: entities of several kinds, their facts and their names (over 500 lines: one generator whose seeded draws must stay in order, or the committed world changes)."""
 
 from __future__ import annotations
 

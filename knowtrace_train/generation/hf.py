@@ -24,14 +24,7 @@ from typing import Iterator, Sequence
 import torch
 from tqdm.auto import tqdm
 
-from knowtrace_train.generation.base import (
-    Completion,
-    GenerationError,
-    GenerationRequest,
-    GeneratorBase,
-    free_memory,
-    request_seed,
-)
+from knowtrace_train.generation.base import Completion, GenerationError, GenerationRequest, GeneratorBase, free_memory, request_seed
 from knowtrace_train.generation.config import GeneratorConfig
 from knowtrace_train.generation.models import resolve_model
 from knowtrace_train.generation.prefix import (

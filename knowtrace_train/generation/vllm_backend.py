@@ -13,14 +13,7 @@ import logging
 import os
 from typing import Sequence
 
-from knowtrace_train.generation.base import (
-    Completion,
-    GenerationError,
-    GenerationRequest,
-    GeneratorBase,
-    free_memory,
-    request_seed,
-)
+from knowtrace_train.generation.base import Completion, GenerationError, GenerationRequest, GeneratorBase, free_memory, request_seed
 from knowtrace_train.generation.config import GeneratorConfig
 from knowtrace_train.generation.hf import check_adapter_dir
 from knowtrace_train.generation.models import resolve_model
