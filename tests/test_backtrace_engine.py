@@ -129,19 +129,30 @@ def test_engine_prompts_without_exemplars_match_the_renderer():
         first.pair, [next(p for p in PASSAGES if p.id == i) for i in first.passage_ids], fewshot=False)
 
 
-def test_engine_forced_answer_is_kept_under_its_role():
+def test_engine_forced_answer_after_no_progress_is_not_trained():
+    """The round-3 exploration judged the graph insufficient ("No") and its completion found nothing; the
+    forced answer then ran on that same prompt. Training P -> "Yes" there would teach answering where the
+    model itself judged the knowledge insufficient: the record is dropped (it counts as filtered)."""
     trajs = KnowTrace(KnowTraceConfig(passages=2, max_rounds=3)).run([ITEM], Scripted(never_answer=True), Retriever())
     [traj] = [Trajectory.from_dict(t.to_dict()) for t in trajs]
     traj.em = 1.0
     assert traj.calls[-1].role == "answer" and traj.prediction == "University of Glasgow"
+    assert traj.stop_reason == "no_progress" and traj.calls[-1].prompt == traj.calls[-3].prompt
     res = backtrace_trajectories([traj], {"f1": ITEM}, count_tokens=words)
-    assert res.stats["backtraced"] == 1
+    assert res.stats["backtraced"] == 1 and res.records_by_role["answer"] == []
+    assert res.stats["roles"]["answer"]["tokens_filtered"] == res.stats["roles"]["answer"]["tokens_all"] > 0
+    # the round-3 exploration asked about the answer entity; its completion found nothing: dropped
+    assert len(res.records_by_role["explore"]) == 2
+    # with more rounds the graph has grown by the time of the forced answer: that one is trained
+    trajs = KnowTrace(KnowTraceConfig(passages=2, max_rounds=2)).run([ITEM], Scripted(never_answer=True), Retriever())
+    [traj] = [Trajectory.from_dict(t.to_dict()) for t in trajs]
+    traj.em = 1.0
+    assert traj.stop_reason == "max_rounds" and traj.prediction == "University of Glasgow"
+    res = backtrace_trajectories([traj], {"f1": ITEM}, count_tokens=words)
     [ans] = res.records_by_role["answer"]
     assert ans["prompt"] == traj.calls[-1].prompt
     assert ans["completion"] == outputs.exploration_answer(THOUGHT, "University of Glasgow")
     assert ans["completion"].startswith(prompts.answer_prefix())
-    # the round-3 exploration asked about the answer entity; its completion found nothing: dropped
-    assert len(res.records_by_role["explore"]) == 2
 
 
 def test_engine_rationalization_round_trip():

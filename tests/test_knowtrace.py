@@ -15,7 +15,8 @@ from knowtrace_train.methods.knowtrace.outputs import JUDGEMENT
 from knowtrace_train.methods.knowtrace.prompts import KG_HEADER, TRIPLETS_HEADER, answer_prefix, render_passage
 from knowtrace_train.retrieval.base import RetrievalError, ScoredPassage, check_search_args
 from knowtrace_train.methods.base import Strategy
-from knowtrace_train.methods.knowtrace import KnowTrace, KnowTraceConfig
+from knowtrace_train.methods.knowtrace import KnowTrace, KnowTraceConfig, outputs
+from knowtrace_train.methods.knowtrace.backtrace import filter_trajectory
 from knowtrace_train.trajectory import Trajectory
 
 J = JUDGEMENT
@@ -561,3 +562,76 @@ def test_each_call_samples_from_its_own_reproducible_stream():
 
     t = trajs[0]
     assert request_seed(0, t.id, 0) in first and request_seed(0, t.id, len(t.calls) - 1) in first
+
+
+# -- the forced answer and the pairs that never ran, as training signals -------------------------------
+
+
+def _repeats(parts, req):
+    """Asks the same pair every round; the second completion adds nothing (a no-progress stop)."""
+    if parts["kind"] == "explore":
+        return f"{J} No\nRetrieval Guidance:\n- Alpha: the author"
+    if parts["kind"] == "complete":
+        return "(Alpha; was written by; Bern)"
+    return " Bern wrote Alpha.\nAnswer: Bern"
+
+
+def _records(traj, mode):
+    from knowtrace_train.methods.knowtrace.backtrace import backtrace_trajectories
+
+    traj.em = 1.0  # scored right, whatever the item's gold answer
+    return backtrace_trajectories([traj], count_tokens=lambda s: len(s.split()), mode=mode)
+
+
+def test_without_the_forced_answer_a_stop_has_no_prediction():
+    [t] = KnowTrace(KnowTraceConfig(forced_answer=False)).run(items()[:1], ScriptedGenerator(_repeats), WordRetriever(WORLD))
+    assert (t.stop_reason, t.rounds, t.prediction, t.thought) == ("no_progress", 2, None, None)
+    assert [c.role for c in t.calls] == ["explore", "complete", "explore", "complete"]
+
+
+@pytest.mark.parametrize("mode", ["backtrace", "star"])
+def test_a_forced_answer_on_the_prompt_judged_no_is_not_trained(mode):
+    [t] = KnowTrace().run(items()[:1], ScriptedGenerator(_repeats), WordRetriever(WORLD))
+    forced, last_explore = t.calls[-1], t.calls[2]
+    assert forced.role == "answer" and forced.prompt == last_explore.prompt  # the graph did not change
+    res = _records(t, mode)
+    assert res.records_by_role["answer"] == []
+    a = res.stats["roles"]["answer"]
+    assert a["tokens_all"] == a["tokens_filtered"] > 0
+    if mode == "star":  # the model's own "No" on that prompt is what STaR keeps
+        assert [r["completion"].split("\n")[0] for r in res.records_by_role["explore"]] == [f"{J} No"] * 2
+
+
+def test_a_forced_answer_on_a_grown_graph_is_trained():
+    counter = iter(range(100))
+
+    def never_sure(parts, req):
+        if parts["kind"] == "explore":
+            return f"{J} No\nRetrieval Guidance:\n- Alpha: more"
+        if parts["kind"] == "complete":
+            return f"(Alpha; fact; {next(counter)})"
+        return " I must answer now.\nAnswer: Bern"
+
+    [t] = KnowTrace(KnowTraceConfig(max_rounds=2)).run(items()[:1], ScriptedGenerator(never_sure), WordRetriever(WORLD))
+    assert t.stop_reason == "max_rounds" and t.calls[-1].prompt not in {c.prompt for c in t.calls[:-1]}
+    res = _records(t, "star")
+    assert [r["completion"] for r in res.records_by_role["answer"]] == [outputs.exploration_answer("I must answer now.", "Bern")]
+
+
+def test_pairs_beyond_max_pairs_are_neither_trained_nor_counted():
+    def many(parts, req):
+        if parts["kind"] == "explore" and not parts["kg"]:
+            return f"{J} No\nRetrieval Guidance:\n" + "\n".join(f"- {x}: facts" for x in ["Alpha", "Bern", "Delta", "Esk"])
+        if parts["kind"] == "complete":
+            return FACTS[parts["pair"][0]]
+        return f"{J} Yes\nThought: x\nAnswer: y" if parts["kind"] == "explore" else " x\nAnswer: y"
+
+    [t] = KnowTrace(KnowTraceConfig(max_pairs=2, max_rounds=2)).run(items()[:1], ScriptedGenerator(many), WordRetriever(WORLD))
+    first = t.calls[0]
+    assert len(first.parsed["pairs"]) == 4 and first.parsed["pairs_run"] == 2
+    star = _records(t, "star")
+    assert star.records_by_role["explore"][0]["completion"] == outputs.exploration_guidance(
+        [GuidancePair("Alpha", "facts"), GuidancePair("Bern", "facts")])
+    unrun = len("- Delta: facts\n- Esk: facts".split())
+    [e] = [fc for fc in filter_trajectory(t, None, lambda s: len(s.split())) if fc.call.index == 0]
+    assert e.tokens_all == len(first.output.split()) - unrun

@@ -77,6 +77,9 @@ class KnowTraceConfig(StrategyConfig):
     #: are recorded as the start of ModelCall.output (prompt + output is the exact text), so
     #: the recorded prompt is the rendered one and the output is the canonical text.
     prefill_judgement: bool = True
+    #: a question that stops without "Yes" (no progress, L rounds, no usable guidance) gets one forced
+    #: answering call over its graph; false is Algorithm 1 as written: no answer, no prediction
+    forced_answer: bool = True
     temperature: float = 0.0
     #: how backtracing traces the evidence subgraph (self-training): "backward" or "shortest"
     path_rule: str = DEFAULT_PATH_RULE

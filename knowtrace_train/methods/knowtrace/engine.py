@@ -6,8 +6,9 @@ completion calls (the paper's parallelizable inner loop), then grows each questi
 traced knowledge graph. A question stops when its exploration answers ("answered"),
 after `max_rounds` rounds ("max_rounds"), when a round adds no new triplet
 ("no_progress"), or when exploration gives neither an answer nor a usable guidance pair
-("no_guidance"); every stop without an answer ends with one forced answering call over
-the graph. Model text never stops a run: unusable outputs are recorded on the call.
+("no_guidance"); with `forced_answer` (the default) every stop without an answer ends
+with one forced answering call over the graph (without it, Algorithm 1 as written: no
+prediction). Model text never stops a run: unusable outputs are recorded on the call.
 
 Wall time per question (the rule): each batched model call's time is split among its
 requests in proportion to their tokens (prompt + output); each batched retrieval's time is
@@ -148,6 +149,9 @@ class KnowTrace:
             pairs = list(res.pairs) if res is not None else []
             if cfg.max_pairs:
                 pairs = pairs[: cfg.max_pairs]
+            if call.parsed is not None:
+                # the pairs after these were parsed but never retrieved: neither trained nor counted in FA
+                call.parsed["pairs_run"] = len(pairs)
             if not pairs:
                 s.pending_stop = "no_guidance" if res is not None else f"error: {call.error}"
                 stopped.append(s)
@@ -207,7 +211,11 @@ class KnowTrace:
 
         if stopped:
             stopped.sort(key=lambda s: active.index(s))
-            self._finish_unanswered(stopped, rnd)
+            if cfg.forced_answer:
+                self._finish_unanswered(stopped, rnd)
+            else:
+                for s in stopped:
+                    self._conclude(s, ExplorationResult(), s.pending_stop or "max_rounds")
 
     # -- the parts ----------------------------------------------------------------
     def _exploration_prompt(self, s: _State) -> str:

@@ -63,14 +63,32 @@ def is_answer_call(call: ModelCall) -> bool:
     return call.role == EXPLORE and bool(p.get("answer")) and p.get("sufficient") is not False
 
 
-def exploration_pairs(call: ModelCall, traj: Trajectory) -> list[GuidancePair]:
-    """The guidance pairs of an exploration call: the parsed ones, else the pairs of the
-    completion calls that followed it (up to the next exploration)."""
+def _parsed_pairs(call: ModelCall) -> list[GuidancePair]:
     p = call.parsed if isinstance(call.parsed, dict) else {}
-    pairs = [q for q in (_as_pair(x) for x in p.get("pairs") or ()) if q is not None]
+    return [q for q in (_as_pair(x) for x in p.get("pairs") or ()) if q is not None]
+
+
+def _pairs_run(call: ModelCall) -> int | None:
+    """How many of the parsed pairs the engine retrieved for (`max_pairs` cuts the rest); None
+    where the trajectory does not say (recorded before the engine wrote it: all ran)."""
+    n = (call.parsed or {}).get("pairs_run") if isinstance(call.parsed, dict) else None
+    return n if isinstance(n, int) and n >= 0 else None
+
+
+def exploration_pairs(call: ModelCall, traj: Trajectory) -> list[GuidancePair]:
+    """The guidance pairs of an exploration call that ran: the parsed ones the engine retrieved
+    for, else the pairs of the completion calls that followed it (up to the next exploration)."""
+    pairs = _parsed_pairs(call)
     if pairs:
-        return pairs
+        n = _pairs_run(call)
+        return pairs if n is None else pairs[:n]
     return [c.pair for c in _served_completions(call, traj) if c.pair is not None]
+
+
+def unrun_pairs(call: ModelCall) -> list[GuidancePair]:
+    """The parsed pairs of an exploration that were never retrieved (beyond `max_pairs`)."""
+    n = _pairs_run(call)
+    return [] if n is None else _parsed_pairs(call)[n:]
 
 
 def _served_completions(call: ModelCall, traj: Trajectory) -> list[ModelCall]:
@@ -136,6 +154,16 @@ def _bounded(n: int, limit: int) -> int:
     return max(0, min(n, limit))
 
 
+def contradicting_forced_answers(calls: Iterable[ModelCall]) -> set[int]:
+    """Indices of forced answering calls whose prompt is one the model judged insufficient ("No") in an
+    exploration of the same trajectory: at a no-progress stop the graph did not change, so the forced
+    answer's prompt is that round's exploration prompt. Neither mode trains such a record (it would
+    teach "Yes" on the very input the model answered "No" to); its tokens count as filtered."""
+    calls = list(calls)
+    judged_no = {c.prompt for c in calls if c.role == EXPLORE and not is_answer_call(c)}
+    return {c.index for c in calls if c.role == ANSWER and c.prompt in judged_no}
+
+
 def filter_trajectory(
     traj: Trajectory, evidence: Iterable[int] | None, count_tokens: Callable[[str], int]
 ) -> list[FilteredCall]:
@@ -143,6 +171,7 @@ def filter_trajectory(
     `evidence` None means the trajectory has no backtrace: every record is dropped."""
     s_keys = None if evidence is None else {traj.graph.triplets[i].triplet.key() for i in evidence}
     calls = sorted(traj.calls, key=lambda c: c.index)
+    contradicted = contradicting_forced_answers(calls)
     completion_triplets = {c.index: generated_triplets(c, traj.graph) for c in calls if c.role == COMPLETE}
     out: list[FilteredCall] = []
     for call in calls:
@@ -151,7 +180,7 @@ def filter_trajectory(
         n_all = count_tokens(call.output or "")
         if is_answer_call(call):
             texts = answer_texts(call, traj)
-            full = None if texts is None else answer_output(*texts)
+            full = None if texts is None or call.index in contradicted else answer_output(*texts)
             keep = full is not None and s_keys is not None
             out.append(FilteredCall(call, call.role, full if keep else None, full, 1, int(keep), n_all,
                                     0 if keep else n_all))
@@ -162,6 +191,9 @@ def filter_trajectory(
             out.append(_partial(call, COMPLETE, full, kept, gen, outputs.completion(kept),
                                 [t.render() for t in gen if t not in kept], n_all, count_tokens))
         elif call.role == EXPLORE:
+            unrun = unrun_pairs(call)
+            if unrun:  # output that never ran is no output of the trajectory: not in FA's "all" either
+                n_all = _bounded(n_all - count_tokens("\n".join(p.render() for p in unrun)), n_all)
             pairs = exploration_pairs(call, traj)
             full = outputs.exploration_guidance(pairs) if pairs else None
             served = _served_completions(call, traj)
