@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from knowtrace_train.config import ConfigError, load_config
 from knowtrace_train.report import headline, load_run, table_header, table_row
@@ -178,6 +179,23 @@ def test_changed_config_is_refused_in_an_existing_run_folder(tmp_path):
     with pytest.raises(ConfigError, match=r"strategy\.max_rounds \(3 -> 2\)"):
         check_same_config(load_config(SelfTrainConfig, None, ["--output_dir", str(tmp_path), "--strategy.max_rounds", "2"]),
                           tmp_path / "config.yaml")
+
+
+def test_resume_refuses_another_process_count(tmp_path, tiny_model_dir):
+    """The run folder records its launch (process count, effective batch); a resume under another one is
+    refused before any work, and the recorded launch does not disturb reading the config back."""
+    from knowtrace_train.selftrain.config import read_run_config
+    from knowtrace_train.stages import Processes
+
+    cfg = load_config(SelfTrainConfig, None, tiny_overrides(tmp_path, tiny_model_dir))
+    SelfTrain(cfg, procs=Processes(0, 1), progress=False)._prepare_folder()
+    saved = tmp_path / "run" / "config.yaml"
+    launch = yaml.safe_load(saved.read_text())["launch"]
+    assert launch == {"processes": 1, "effective_batch": {"train": 2, "bootstrap": 2}}
+    assert read_run_config(saved) == cfg
+    check_same_config(cfg, saved, 1)
+    with pytest.raises(ConfigError, match=r"launched as 1 process\(es\).*resumed with 2; relaunch it with 1"):
+        SelfTrain(cfg, procs=Processes(0, 2), progress=False)._prepare_folder()
 
 
 def test_an_iteration_with_nothing_to_train_on_stops_the_run(tmp_path, tiny_model_dir, caplog):

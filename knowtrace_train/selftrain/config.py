@@ -20,6 +20,8 @@ from knowtrace_train.retrieval import RetrieverConfig
 from knowtrace_train.train.lora import LoraTrainConfig
 
 BOOTSTRAP_MODES = ("auto", "always", "never")
+#: The section of a run folder's config.yaml that records the launch (not a SelfTrainConfig key).
+LAUNCH_KEY = "launch"
 ON_EMPTY = ("stop", "continue")
 
 
@@ -186,4 +188,13 @@ def _check_dotted(obj: Any, dotted: str, where: str) -> None:
         node = getattr(node, part)
 
 
-__all__ = ["BootstrapConfig", "DataConfig", "SelfTrainConfig"]
+def read_run_config(path: str | Path) -> SelfTrainConfig:
+    """The SelfTrainConfig of a run folder's config.yaml (its `launch:` record set aside)."""
+    from knowtrace_train.config import load_config, read_yaml
+
+    data = read_yaml(path)
+    data.pop(LAUNCH_KEY, None)
+    return load_config(SelfTrainConfig, path, data=data)
+
+
+__all__ = ["LAUNCH_KEY", "BootstrapConfig", "DataConfig", "SelfTrainConfig", "read_run_config"]

@@ -43,7 +43,7 @@ from knowtrace_train.evaluate import EvalConfig, load_corpus, summarize
 from knowtrace_train.io import write_json, write_jsonl
 from knowtrace_train.methods import Method, StrategyConfig, get_method
 from knowtrace_train.selftrain.bootstrap import Bootstrap
-from knowtrace_train.selftrain.config import SelfTrainConfig
+from knowtrace_train.selftrain.config import LAUNCH_KEY, SelfTrainConfig
 from knowtrace_train.selftrain.models import ModelState, generator_config, read_records, strategy_config
 from knowtrace_train.selftrain.rollout import run_rollouts
 from knowtrace_train.stages import Processes, StageRunner
@@ -202,11 +202,11 @@ class SelfTrain(Bootstrap):
         cfg = self.config
         saved = self.run_dir / "config.yaml"
         if saved.is_file():
-            check_same_config(cfg, saved)
+            check_same_config(cfg, saved, self.procs.world)
         elif self.procs.is_main:
             from knowtrace_train.io import atomic_write_text
 
-            atomic_write_text(saved, dump_config(cfg))
+            atomic_write_text(saved, run_config_text(cfg, self.procs.world))
         self.procs.barrier()
         self.questions = select_questions(cfg, bootstrap=cfg.bootstrap.mode != "never")
         qfile = self.run_dir / "questions.json"
@@ -423,10 +423,37 @@ def _flatten(d: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix: d}
 
 
-def check_same_config(config: SelfTrainConfig, saved: Path) -> None:
+def launch_record(config: SelfTrainConfig, processes: int) -> dict[str, Any]:
+    """How the run is launched, written into its config.yaml under `launch:` (not a config key: a resume
+    must match it): the process count and the effective batch (per device x accumulation x processes)."""
+    def effective(tc) -> int:
+        return tc.per_device_batch_size * tc.gradient_accumulation_steps * processes
+
+    return {"processes": processes,
+            "effective_batch": {"train": effective(config.train), "bootstrap": effective(config.bootstrap.train)}}
+
+
+def run_config_text(config: SelfTrainConfig, processes: int) -> str:
+    """The run folder's config.yaml: the config as run, then its launch record."""
+    import yaml
+
+    return dump_config(config) + "# how the run was launched (a resume must launch the same way)\n" + yaml.safe_dump(
+        {LAUNCH_KEY: launch_record(config, processes)}, sort_keys=False)
+
+
+def check_same_config(config: SelfTrainConfig, saved: Path, processes: int | None = None) -> None:
     """A run folder is resumed only with the config it was started with (a few keys may change:
-    RESUMABLE_CHANGES, e.g. more iterations); otherwise raise naming the keys that differ."""
-    old = _flatten(read_yaml(saved))
+    RESUMABLE_CHANGES, e.g. more iterations) and under the same launch (process count, hence
+    effective batch and each process's share of the data); otherwise raise naming what differs."""
+    old_yaml = read_yaml(saved)
+    launch = old_yaml.pop(LAUNCH_KEY, None)
+    if processes is not None and isinstance(launch, dict) and launch.get("processes") != processes:
+        raise ConfigError(
+            f"{saved}: this run was launched as {launch.get('processes')} process(es) (effective batch "
+            f"{launch.get('effective_batch')}) and is now resumed with {processes}; relaunch it with "
+            f"{launch.get('processes')} (another count changes the effective batch and which process saw which "
+            "data) or choose another --output_dir")
+    old = _flatten(old_yaml)
     new = _flatten(config_to_dict(config))
     differ = sorted(k for k in set(old) | set(new)
                     if old.get(k) != new.get(k) and not any(k == r or k.startswith(r + ".") for r in RESUMABLE_CHANGES))

@@ -11,7 +11,7 @@ from typing import Any, Mapping
 
 from knowtrace_train.io import iter_jsonl
 from knowtrace_train.methods import StrategyConfig, get_method
-from knowtrace_train.selftrain.config import SelfTrainConfig
+from knowtrace_train.selftrain.config import SelfTrainConfig, read_run_config
 
 
 @dataclass(frozen=True)
@@ -70,13 +70,11 @@ def run_model(run_dir: str | Path, iteration: str | int) -> RunModel:
     model, or the raw base where the run had no bootstrap), z (M0 with iteration z's adapters; an
     iteration that trained nothing is the model before it) or "last" (the last iteration with a model).
     Raises ValueError naming the file that is missing or wrong."""
-    from knowtrace_train.config import load_config
-
     run_dir = Path(run_dir)
     cfg_file = run_dir / "config.yaml"
     if not cfg_file.is_file():
         raise ValueError(f"{run_dir}: not a self-training run folder (no config.yaml)")
-    config = load_config(SelfTrainConfig, cfg_file)
+    config = read_run_config(cfg_file)
     base = ModelState(name="base", model=config.generator.model)
     if str(iteration) == "base":
         return RunModel(base, config.strategy.seed, config)
