@@ -34,22 +34,32 @@ CORPUS_SOURCES = ("contexts", "file")
 
 @dataclass
 class DatasetConfig:
-    #: the benchmark file (HotpotQA/2Wiki/MuSiQue/MINTQA/our JSONL; format told from content)
-    path: str = "data/world/dev.jsonl"
-    format: str | None = None
-    #: overrides the dataset name and split the file gives
-    dataset: str | None = None
-    split: str | None = None
-    #: evaluate only the first `limit` questions (None: all)
-    limit: int | None = None
+    """The benchmark file and which of its questions to evaluate."""
+
+    path: str = field(
+        default="data/world/dev.jsonl",
+        metadata={"help": "the benchmark file (HotpotQA/2Wiki/MuSiQue/MINTQA/FlashRAG/our JSONL)"},
+    )
+    format: str | None = field(
+        default=None,
+        metadata={"help": "the file's format (hotpotqa, 2wikimultihopqa, musique, mintqa, generic, flashrag); None: told from its first record"},
+    )
+    dataset: str | None = field(default=None, metadata={"help": "overrides the dataset name the file gives"})
+    split: str | None = field(default=None, metadata={"help": "overrides the split name the file gives"})
+    limit: int | None = field(default=None, metadata={"help": "evaluate only the first `limit` questions (None: all)"})
 
 
 @dataclass
 class CorpusConfig:
-    #: "contexts": the union of the context passages of every item in the dataset file
-    #: (all of them, whatever `limit`); "file": the corpus JSONL at `path`
-    source: str = "file"
-    path: str | None = "data/world/corpus.jsonl"
+    """The passages retrieval searches."""
+
+    source: str = field(
+        default="file",
+        metadata={"help": "'file': the corpus JSONL at `path`; 'contexts': the context passages of every item in the dataset file (whatever `limit`)"},
+    )
+    path: str | None = field(
+        default="data/world/corpus.jsonl", metadata={"help": "the corpus JSONL (source 'file'; unused for 'contexts')"}
+    )
 
     def __post_init__(self) -> None:
         if self.source not in CORPUS_SOURCES:
@@ -60,25 +70,37 @@ class CorpusConfig:
 
 @dataclass
 class EvalConfig:
-    dataset: DatasetConfig = field(default_factory=DatasetConfig)
-    corpus: CorpusConfig = field(default_factory=CorpusConfig)
-    #: how passages are retrieved (its `k` is not used here: N is strategy.passages)
-    retriever: RetrieverConfig = field(default_factory=RetrieverConfig)
-    #: the model, its adapters per role, batching
-    generator: GeneratorConfig = field(default_factory=GeneratorConfig)
-    #: the method (`name`) and its settings
-    strategy: StrategyConfig = field(default_factory=KnowTraceConfig)
-    #: trajectories JSONL; questions already in it are skipped (resume)
-    output: str | None = None
-    #: questions handed to the engine at once (0: all); smaller chunks lose less on a kill
-    chunk_size: int = 0
-    #: torch CPU threads (None: torch's default, one per core). On a machine shared with other
-    #: jobs, 1 avoids oversubscription, which can slow CPU decoding down tenfold.
-    threads: int | None = None
-    #: a self-training run folder whose model to evaluate: its M0, adapters, prompt format and strategy settings
-    run: str | None = None
-    #: the run's model: base (raw), 0 (M0), an iteration z, or last
-    iteration: str | int = "last"
+    """One evaluation: the questions, the corpus, the retriever, the model and the method."""
+
+    dataset: DatasetConfig = field(default_factory=DatasetConfig, metadata={"help": "the questions"})
+    corpus: CorpusConfig = field(default_factory=CorpusConfig, metadata={"help": "the passages retrieved from"})
+    retriever: RetrieverConfig = field(
+        default_factory=RetrieverConfig,
+        metadata={"help": "how passages are retrieved (its `k` is not used here: N is strategy.passages)"},
+    )
+    generator: GeneratorConfig = field(
+        default_factory=GeneratorConfig, metadata={"help": "the model, its adapters per role, batching"}
+    )
+    strategy: StrategyConfig = field(
+        default_factory=KnowTraceConfig, metadata={"help": "the method (`name`) and its settings"}
+    )
+    output: str | None = field(
+        default=None, metadata={"help": "trajectories JSONL; questions already in it are skipped (resume)"}
+    )
+    chunk_size: int = field(
+        default=0, metadata={"help": "questions handed to the engine at once (0: all); smaller chunks lose less on a kill"}
+    )
+    threads: int | None = field(
+        default=None,
+        metadata={"help": "torch CPU threads (None: torch's default, one per core; 1 on a machine other jobs share)"},
+    )
+    run: str | None = field(
+        default=None,
+        metadata={"help": "a self-training run folder whose model to evaluate: its M0, adapters, prompt format and strategy"},
+    )
+    iteration: str | int = field(
+        default="last", metadata={"help": "the run's model: base (raw), 0 (M0), an iteration z, or last"}
+    )
 
     def __post_init__(self) -> None:
         if self.chunk_size < 0:

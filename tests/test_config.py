@@ -174,3 +174,55 @@ def test_run_recipe_reports_config_errors(tmp_path, capsys):
 
     assert run_recipe(["--path", "p"], "Doc.", "YAML", load, refuses) == 2
     assert "config error: runs/x: started with another config" in capsys.readouterr().err
+
+
+# -- help metadata on the shipped config classes -------------------------------------------------------------
+
+
+def _reachable_config_classes() -> list[type]:
+    """Every dataclass a field of SelfTrainConfig or EvalConfig leads to (nested sections, and for a
+    tagged section such as `strategy` its declared class and every registered method's config class)."""
+    import dataclasses
+    import typing
+
+    from knowtrace_train.config import TaggedConfig
+    from knowtrace_train.evaluate import EvalConfig
+    from knowtrace_train.methods import METHODS
+    from knowtrace_train.selftrain.config import SelfTrainConfig
+
+    seen: list[type] = []
+    todo: list[type] = [SelfTrainConfig, EvalConfig]
+    while todo:
+        cls = todo.pop()
+        if cls in seen:
+            continue
+        seen.append(cls)
+        for tp in typing.get_type_hints(cls).values():
+            for arm in (tp, *typing.get_args(tp)):
+                if dataclasses.is_dataclass(arm) and isinstance(arm, type):
+                    todo.append(arm)
+                    if issubclass(arm, TaggedConfig):
+                        todo.extend(m.config_class for m in METHODS.values())
+    return seen
+
+
+def test_reachable_config_classes_are_the_shipped_ones():
+    names = {c.__name__ for c in _reachable_config_classes()}
+    assert names >= {
+        "SelfTrainConfig", "DataConfig", "BootstrapConfig", "CorpusConfig", "DatasetConfig", "EvalConfig",
+        "RetrieverConfig", "GeneratorConfig", "LoraTrainConfig", "StrategyConfig", "KnowTraceConfig",
+        "FewShotConfig", "MaxNewTokensConfig", "RoleConfig",
+    }
+
+
+@pytest.mark.parametrize("cls", _reachable_config_classes(), ids=lambda c: c.__name__)
+def test_every_config_field_has_a_default_and_a_one_line_help(cls):
+    import dataclasses
+
+    missing = []
+    for f in dataclasses.fields(cls):
+        text = f.metadata.get("help")
+        if not isinstance(text, str) or not text.strip() or "\n" in text:
+            missing.append(f.name)
+        assert f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING, f.name
+    assert not missing, f"{cls.__name__}: no one-line metadata['help'] on {missing}"

@@ -44,8 +44,7 @@ class GeneratorConfig:
     seed: int = field(
         default=0,
         metadata={
-            "help": "mixed into every sampled request's seed (request_seed(seed, request.seed)): change it to "
-            "redraw all samples; greedy decoding ignores it; vllm also gets it as the engine seed"
+            "help": "mixed into every sampled request's seed (change it to redraw all samples; greedy ignores it); vllm's engine seed"
         },
     )
     share_prefix: bool = field(

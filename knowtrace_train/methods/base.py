@@ -9,7 +9,7 @@ its own, as KnowTrace adds "backtrace"). A method never imports the loops.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
 
 from knowtrace_train.config import TaggedConfig
@@ -24,10 +24,10 @@ class StrategyConfig(TaggedConfig):
     """The settings every method has; a method's config class extends it. The `name` key picks the
     class when a config file is read (`strategy: {name: knowtrace, max_rounds: 3}`)."""
 
-    #: the method: a name registered in knowtrace_train.methods (knowtrace, ...)
-    name: str = "knowtrace"
-    #: seed of the method's random choices (the loop sets it per iteration)
-    seed: int = 0
+    name: str = field(default="knowtrace", metadata={"help": "the method: a name registered in knowtrace_train.methods"})
+    seed: int = field(
+        default=0, metadata={"help": "seed of the method's sampling and random choices (self-training adds the iteration)"}
+    )
 
     def __post_init__(self) -> None:
         if not self.name:

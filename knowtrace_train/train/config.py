@@ -34,7 +34,7 @@ class LoraTrainConfig:
         default=2048,
         metadata={"help": "Longest prompt+completion in tokens; longer records are skipped (never cut), and counted."},
     )
-    seed: int = field(default=0, metadata={"help": "Seed for LoRA initialisation, dropout and record order."})
+    seed: int = field(default=0, metadata={"help": "Seed for LoRA initialisation, dropout and record order (self-training derives it from its own seed)."})
     padding_free: bool = field(
         default=True,
         metadata={"help": "Flatten a batch into one sequence without pad tokens (FlashAttention varlen on GPUs)."},

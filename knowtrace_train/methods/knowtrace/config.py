@@ -27,9 +27,9 @@ DEFAULT_PATH_RULE = "backward"
 class FewShotConfig:
     """Whether each prompt carries its 4 exemplars (trained adapters run without them)."""
 
-    explore: bool = True  # also the forced answer prompt
-    complete: bool = True
-    kg_to_text: bool = True
+    explore: bool = field(default=True, metadata={"help": "exemplars in the exploration prompt (and the forced answer prompt)"})
+    complete: bool = field(default=True, metadata={"help": "exemplars in the completion prompt"})
+    kg_to_text: bool = field(default=True, metadata={"help": "exemplars in the graph-to-text prompt (kg_format: text)"})
 
 
 @dataclass
@@ -38,10 +38,10 @@ class MaxNewTokensConfig:
     budget bounds what a small model's repetition loops cost (a completion that repeats its
     triplet until the limit is common with a 135M model)."""
 
-    explore: int = 80
-    complete: int = 64
-    answer: int = 64
-    kg_to_text: int = 96
+    explore: int = field(default=80, metadata={"help": "new tokens of an exploration call (judgement, thought/answer or guidance)"})
+    complete: int = field(default=64, metadata={"help": "new tokens of a completion call (the triplets of one guidance pair)"})
+    answer: int = field(default=64, metadata={"help": "new tokens of the forced answer call"})
+    kg_to_text: int = field(default=96, metadata={"help": "new tokens of a graph-to-text call (kg_format: text)"})
 
 
 @dataclass
@@ -49,40 +49,46 @@ class RoleConfig:
     """The generator role (adapter) each call kind is sent with. The forced answer is an
     exploration that concludes, so by default it runs on the exploration role."""
 
-    explore: str = "explore"
-    complete: str = "complete"
-    answer: str = "explore"
-    kg_to_text: str = "kg_to_text"
+    explore: str = field(default="explore", metadata={"help": "generator role (adapter) of exploration calls"})
+    complete: str = field(default="complete", metadata={"help": "generator role (adapter) of completion calls"})
+    answer: str = field(default="explore", metadata={"help": "generator role (adapter) of the forced answer call"})
+    kg_to_text: str = field(default="kg_to_text", metadata={"help": "generator role (adapter) of graph-to-text calls"})
 
 
 @dataclass
 class KnowTraceConfig(StrategyConfig):
     """KnowTrace's settings (Algorithm 1, and backtracing's path rule for self-training)."""
 
-    name: str = STRATEGY_NAME
-    #: L, the most exploration rounds per question (the paper's maximum expansion rounds)
-    max_rounds: int = 5
-    #: N, passages retrieved per guidance pair (the paper uses 5)
-    passages: int = 5
-    #: how the graph is put into the exploration prompt: triplets (default), paths or text
-    kg_format: str = "triplets"
-    #: guidance pairs kept per exploration (the first ones); 0 keeps all
-    max_pairs: int = 5
-    fewshot: FewShotConfig = field(default_factory=FewShotConfig)
-    max_new_tokens: MaxNewTokensConfig = field(default_factory=MaxNewTokensConfig)
-    roles: RoleConfig = field(default_factory=RoleConfig)
-    #: send the judgement words ("Whether the given knowledge triplets are sufficient for
-    #: answering:") as the start of each exploration's answer, so the model only decides Yes/No
-    #: and goes on; a small model otherwise often keeps listing the graph's triplets. The words
-    #: are recorded as the start of ModelCall.output (prompt + output is the exact text), so
-    #: the recorded prompt is the rendered one and the output is the canonical text.
-    prefill_judgement: bool = True
-    #: a question that stops without "Yes" (no progress, L rounds, no usable guidance) gets one forced
-    #: answering call over its graph; false is Algorithm 1 as written: no answer, no prediction
-    forced_answer: bool = True
-    temperature: float = 0.0
-    #: how backtracing traces the evidence subgraph (self-training): "backward" or "shortest"
-    path_rule: str = DEFAULT_PATH_RULE
+    name: str = field(default=STRATEGY_NAME, metadata={"help": "the method: a name registered in knowtrace_train.methods"})
+    max_rounds: int = field(
+        default=5, metadata={"help": "L, the most exploration rounds per question (the paper's maximum expansion rounds)"}
+    )
+    passages: int = field(default=5, metadata={"help": "N, passages retrieved per guidance pair (the paper uses 5)"})
+    kg_format: str = field(
+        default="triplets", metadata={"help": "how the graph is put into the exploration prompt: triplets, paths or text"}
+    )
+    max_pairs: int = field(default=5, metadata={"help": "guidance pairs kept per exploration (the first ones); 0 keeps all"})
+    fewshot: FewShotConfig = field(default_factory=FewShotConfig, metadata={"help": "whether each prompt carries its exemplars"})
+    max_new_tokens: MaxNewTokensConfig = field(
+        default_factory=MaxNewTokensConfig, metadata={"help": "generation budget per call kind"}
+    )
+    roles: RoleConfig = field(default_factory=RoleConfig, metadata={"help": "the generator role (adapter) of each call kind"})
+    # The words ("Whether the given knowledge triplets are sufficient for answering:") are recorded as the
+    # start of ModelCall.output (prompt + output is the exact text), so the recorded prompt is the rendered
+    # one and the output is the canonical text. A small model otherwise often keeps listing the graph's triplets.
+    prefill_judgement: bool = field(
+        default=True,
+        metadata={"help": "start each exploration's answer with the judgement words, so the model only decides Yes/No"},
+    )
+    forced_answer: bool = field(
+        default=True,
+        metadata={"help": "a question that stops without 'Yes' (no progress, L rounds, no usable guidance) gets one forced answer; false: Algorithm 1 as written"},
+    )
+    temperature: float = field(default=0.0, metadata={"help": "sampling temperature of every call (0: greedy)"})
+    path_rule: str = field(
+        default=DEFAULT_PATH_RULE,
+        metadata={"help": "how backtracing traces the evidence subgraph (self-training): 'backward' or 'shortest'"},
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()
