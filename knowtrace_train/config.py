@@ -9,6 +9,8 @@ nested class's own defaults. An unknown key or a wrong type raises
 `ConfigError` naming the key and where it came from (the file, or the command line).
 Any dataclass works: recipes reuse this for evaluation and self-training configs, and
 `run_recipe` is their common `main` (`--config FILE`, `--quiet`, overrides, config errors -> exit 2).
+A field's one-line help is its `metadata["help"]` (TRL's convention); `config_help(cls)` lists every
+dotted key with its default and help, and a recipe's `--help` prints that list.
 """
 
 from __future__ import annotations
@@ -282,6 +284,60 @@ def load_config(
     return _build(cls, data, "", src)
 
 
+def _yaml_value(value: Any) -> str:
+    """`value` as one line of YAML (`0.001`, `null`, `''`, `[1, 2]`, `{}`)."""
+    text = yaml.safe_dump(config_to_dict(value), default_flow_style=True, width=float("inf"), allow_unicode=True)
+    text = text.strip()
+    return text[: -len("...")].strip() if text.endswith("\n...") else text
+
+
+def _walk(cls: type, prefix: str, default: Any) -> list[tuple[str, str, str, bool]]:
+    """(dotted key, default as YAML, help, is_section) for every field of `cls`, nested sections
+    first as a row of their own and then their keys; `default` is the instance whose values are shown."""
+    rows: list[tuple[str, str, str, bool]] = []
+    for f in dataclasses.fields(cls):
+        if not f.init:
+            continue
+        key = f"{prefix}.{f.name}" if prefix else f.name
+        value = getattr(default, f.name) if default is not None else _field_default(f)
+        text = str(f.metadata.get("help", ""))
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            # a nested section: its keys show this instance's values (for a tagged section such as
+            # `strategy`, the class its default names, e.g. KnowTraceConfig)
+            rows.append((key, type(value).__name__, text, True))
+            rows.extend(_walk(type(value), key, value))
+        else:
+            rows.append((key, _yaml_value(value), text, False))
+    return rows
+
+
+def config_help(cls: type, prefix: str = "") -> list[tuple[str, str, str]]:
+    """Every key of the config dataclass `cls`: (dotted key, default as YAML, one-line help), nested
+    sections walked. A section's keys show the defaults of the parent's default for it (the instance its
+    `default_factory` makes), as loading does: `bootstrap.train.learning_rate` is the bootstrap's
+    0.001, not LoraTrainConfig's. A help missing from a field's metadata is ""."""
+    return [(key, default, text) for key, default, text, section in _walk(cls, prefix, None) if not section]
+
+
+def config_epilog(cls: type) -> str:
+    """The key list a recipe's `--help` ends with: `--key  (default: VALUE)  help`, one line per key,
+    grouped by section under the section's help."""
+    rows = _walk(cls, "", None)
+    sections: dict[str, str] = {"": f"top level [{cls.__name__}]"}
+    keys: dict[str, list[str]] = {"": []}
+    for key, default, text, section in rows:
+        if section:
+            sections[key] = f"{key}: {text} [{default}]" if text else f"{key}: [{default}]"
+            keys[key] = []
+        else:
+            keys[key.rpartition(".")[0]].append(f"    --{key}  (default: {default})  {text}".rstrip())
+    lines = ["Config keys (every one can be given as --key value, nested ones as --section.key value):"]
+    for name, header in sections.items():
+        if keys[name]:
+            lines += ["", f"  {header}", *keys[name]]
+    return "\n".join(lines)
+
+
 @dataclasses.dataclass
 class RecipeArgs:
     """A recipe's command line: the config file, --quiet, and the `--key value` overrides."""
@@ -291,14 +347,20 @@ class RecipeArgs:
     overrides: list[str]
 
 
-def parse_recipe_args(argv: Sequence[str] | None, doc: str | None, config_help: str) -> RecipeArgs:
+def parse_recipe_args(
+    argv: Sequence[str] | None, doc: str | None, config_file_help: str, config_class: type | None = None
+) -> RecipeArgs:
     """Parse a recipe's command line (`--config FILE`, `--quiet`, every other `--key value` pair an
     override of the config; `doc`'s first line is the description) and set up logging: INFO, or
-    WARNING with --quiet."""
+    WARNING with --quiet. `--help` ends with every key of `config_class` (where given), its default
+    and its help (`config_epilog`)."""
+    epilog = "Other --key value pairs override the config."
+    if config_class is not None:
+        epilog += "\n\n" + config_epilog(config_class)
     parser = argparse.ArgumentParser(
-        description=(doc or "").split("\n")[0], epilog="Other --key value pairs override the config."
+        description=(doc or "").split("\n")[0], epilog=epilog, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--config", help=config_help)
+    parser.add_argument("--config", help=config_file_help)
     parser.add_argument("--quiet", action="store_true", help="no progress bars, warnings only")
     args, overrides = parser.parse_known_args(None if argv is None else list(argv))
     logging.basicConfig(
@@ -310,14 +372,16 @@ def parse_recipe_args(argv: Sequence[str] | None, doc: str | None, config_help: 
 def run_recipe(
     argv: Sequence[str] | None,
     doc: str | None,
-    config_help: str,
+    config_file_help: str,
     load: Callable[[str | None, list[str]], T],
     run: Callable[[T, RecipeArgs], int],
+    config_class: type | None = None,
 ) -> int:
-    """A recipe's `main`: parse its command line (`parse_recipe_args`), build the config with
-    `load(config file, overrides)`, then return `run(config, args)`. A `ConfigError` from either
-    is printed to stderr as `config error: ...` (it names the key and the file) and exits 2."""
-    args = parse_recipe_args(argv, doc, config_help)
+    """A recipe's `main`: parse its command line (`parse_recipe_args`; `--help` lists every key of
+    `config_class`), build the config with `load(config file, overrides)`, then return `run(config, args)`.
+    A `ConfigError` from either is printed to stderr as `config error: ...` (it names the key and the
+    file) and exits 2."""
+    args = parse_recipe_args(argv, doc, config_file_help, config_class)
     try:
         return run(load(args.config, args.overrides), args)
     except ConfigError as e:

@@ -26,7 +26,7 @@ from knowtrace_train.evaluate import EvalConfig, evaluate, format_summary, load_
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run_recipe(argv, __doc__, "YAML config (recipes/configs/eval_*.yaml)", load_eval_config, run)
+    return run_recipe(argv, __doc__, "YAML config (recipes/configs/eval_*.yaml)", load_eval_config, run, config_class=EvalConfig)
 
 
 def run(config: EvalConfig, args: RecipeArgs) -> int:

@@ -88,7 +88,7 @@ def run_one(config: SelfTrainConfig, quiet: bool) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     config_help = "YAML config (recipes/configs/selftrain_*.yaml); default: the embedded default"
-    return run_recipe(argv, __doc__, config_help, load, run)
+    return run_recipe(argv, __doc__, config_help, load, run, config_class=SelfTrainConfig)
 
 
 def run(config: SelfTrainConfig, args: RecipeArgs) -> int:

@@ -226,3 +226,63 @@ def test_every_config_field_has_a_default_and_a_one_line_help(cls):
             missing.append(f.name)
         assert f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING, f.name
     assert not missing, f"{cls.__name__}: no one-line metadata['help'] on {missing}"
+
+
+# -- config_help and the recipes' --help ----------------------------------------------------------------------
+
+
+def test_config_help_walks_nested_sections_from_the_parents_defaults():
+    from knowtrace_train.config import config_help
+
+    rows = {key: (default, text) for key, default, text in config_help(Parent)}
+    # the nested sections show the parent's default instances, not the nested classes' own defaults
+    assert rows["inner.k"] == ("9", "") and rows["inner.name"] == ("dense", "") and rows["inner.tags"] == ("[t]", "")
+    assert rows["outer.inner.k"][0] == "1" and rows["outer.inner.ratio"][0] == "0.25" and rows["outer.limit"][0] == "4"
+    assert rows["outer.path"][0] == "p" and rows["outer.out"][0] == "null" and rows["outer.pair"][0] == "[1, 2]"
+    assert "inner" not in rows and "outer" not in rows and "outer.inner" not in rows  # sections are not keys
+    assert [k for k, _, _ in config_help(Inner, prefix="x")] == ["x.k", "x.name", "x.ratio", "x.tags"]
+
+
+def test_config_help_of_the_selftrain_config():
+    from knowtrace_train.config import config_help
+    from knowtrace_train.selftrain.config import SelfTrainConfig
+
+    rows = {key: (default, text) for key, default, text in config_help(SelfTrainConfig)}
+    assert rows["bootstrap.train.learning_rate"][0] == "0.001" and rows["train.learning_rate"][0] == "0.0003"
+    assert rows["strategy.max_rounds"][0] == "3"  # SelfTrainConfig's strategy, not KnowTraceConfig's 5
+    assert rows["strategy.name"][0] == "knowtrace" and rows["strategy.path_rule"][0] == "backward"  # the tagged class's keys
+    assert rows["strategy.max_new_tokens.explore"][0] == "96" and rows["strategy.fewshot.explore"][0] == "true"
+    assert rows["data.train_questions"][0] == "32" and rows["data.train_questions"][1].startswith("D, rollout questions")
+    assert rows["output_dir"][0] == "null" and rows["grid"][0] == "{}" and rows["retriever.cache_dir"][0] == "''"
+    assert all(text for _, text in rows.values())
+
+
+def _recipe(name: str):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(f"{name}_recipe", Path(__file__).resolve().parents[1] / "recipes" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.mark.parametrize("recipe", ["selftrain", "evaluate"])
+def test_recipe_help_lists_every_key_with_its_default_and_help(recipe, capsys):
+    from knowtrace_train.config import config_help
+    from knowtrace_train.evaluate import EvalConfig
+    from knowtrace_train.selftrain.config import SelfTrainConfig
+
+    with pytest.raises(SystemExit) as exit_info:
+        _recipe(recipe).main(["--help"])
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    assert "--config" in out and "--quiet" in out
+    lines = out.splitlines()
+    rows = config_help(SelfTrainConfig if recipe == "selftrain" else EvalConfig)
+    assert len(rows) > 60
+    for key, default, text in rows:
+        line = next((ln.strip() for ln in lines if ln.strip().startswith(f"--{key}  ")), None)
+        assert line == f"--{key}  (default: {default})  {text}", (key, line)
+    if recipe == "selftrain":
+        assert any(ln.strip().startswith("--bootstrap.train.learning_rate  (default: 0.001)") for ln in lines)
+        assert any(ln.strip().startswith("--train.learning_rate  (default: 0.0003)") for ln in lines)
