@@ -41,6 +41,20 @@ def test_default_config_file_is_the_embedded_default():
     assert cfg.generator.model == "smollm2-135m" and cfg.mode == "backtrace"
 
 
+def test_train_sections_and_lora_train_config_share_one_set_of_defaults():
+    import dataclasses
+
+    from knowtrace_train.train.config import LoraTrainConfig
+
+    cfg = SelfTrainConfig()
+    assert cfg.train == LoraTrainConfig()
+    assert cfg.bootstrap.train == dataclasses.replace(LoraTrainConfig(), epochs=1.0, learning_rate=1e-3)
+    # the CPU default run's values (its figures were measured with them)
+    lora = LoraTrainConfig()
+    assert (lora.per_device_batch_size, lora.gradient_accumulation_steps, lora.learning_rate, lora.epochs,
+            lora.max_length, lora.logging_steps) == (4, 1, 3e-4, 2.0, 1024, 5)
+
+
 def test_overriding_one_nested_key_keeps_the_other_defaults():
     cfg = load_config(SelfTrainConfig, None, ["--strategy.max_rounds", "4", "--train.epochs", "1",
                                               "--strategy.max_new_tokens.explore", "10", "--bootstrap.train.rank", "8"])

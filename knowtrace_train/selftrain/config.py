@@ -53,18 +53,6 @@ class DataConfig:
                 raise ValueError(f"data.{name} must be >= 1 or null, got {v}")
 
 
-def _lora(epochs: float, learning_rate: float = 3e-4) -> LoraTrainConfig:
-    """LoRA training sized for the CPU default run."""
-    return LoraTrainConfig(
-        epochs=epochs,
-        learning_rate=learning_rate,
-        per_device_batch_size=4,
-        gradient_accumulation_steps=1,
-        max_length=1024,
-        logging_steps=5,
-    )
-
-
 @dataclass
 class BootstrapConfig:
     """Iteration 0: LoRA-train the base on gold trajectories (from gold evidence) and merge the
@@ -90,7 +78,7 @@ class BootstrapConfig:
         metadata={"help": "true: one adapter on every role's records; false: one adapter per role, merged one after the other"},
     )
     train: LoraTrainConfig = field(
-        default_factory=lambda: _lora(epochs=1.0, learning_rate=1e-3),
+        default_factory=lambda: LoraTrainConfig(epochs=1.0, learning_rate=1e-3),
         metadata={"help": "LoRA training of the bootstrap adapter(s): a higher rate, one pass must teach the formats"},
     )
 
@@ -157,7 +145,7 @@ class SelfTrainConfig:
     )
     strategy: StrategyConfig = field(default_factory=_strategy, metadata={"help": "the method (`name`) and its settings"})
     train: LoraTrainConfig = field(
-        default_factory=lambda: _lora(epochs=2.0),
+        default_factory=LoraTrainConfig,
         metadata={"help": "LoRA training of every iteration's adapters (one per role, from M0)"},
     )
     bootstrap: BootstrapConfig = field(
