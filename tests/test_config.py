@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Literal, Optional
 
 import pytest
+import yaml
 
 from knowtrace_train.config import ConfigError, dump_config, load_config, parse_overrides
 
@@ -286,3 +287,54 @@ def test_recipe_help_lists_every_key_with_its_default_and_help(recipe, capsys):
     if recipe == "selftrain":
         assert any(ln.strip().startswith("--bootstrap.train.learning_rate  (default: 0.001)") for ln in lines)
         assert any(ln.strip().startswith("--train.learning_rate  (default: 0.0003)") for ln in lines)
+
+
+# -- the shipped YAML files name only what differs from the dataclasses ---------------------------------------
+
+CONFIGS = Path(__file__).resolve().parents[1] / "recipes" / "configs"
+
+
+def _keys_at_their_default(data, loaded, default, prefix=""):
+    """The dotted keys of the YAML mapping `data` whose loaded value equals the default it replaces, and
+    its empty sections. A section starts from the parent's default for it (or, where a tagged section
+    names another class, from that class's defaults), as loading does."""
+    import dataclasses
+
+    found = []
+    for k, v in data.items():
+        key = f"{prefix}.{k}" if prefix else str(k)
+        value, base = getattr(loaded, k), getattr(default, k)
+        if isinstance(v, dict) and dataclasses.is_dataclass(value):
+            if not v:
+                found.append(key)
+            found += _keys_at_their_default(v, value, base if type(base) is type(value) else type(value)(), key)
+        elif value == base:
+            found.append(key)
+    return found
+
+
+def _config_class(path: Path) -> type:
+    from knowtrace_train.evaluate import EvalConfig
+    from knowtrace_train.selftrain.config import SelfTrainConfig
+
+    classes = {"selftrain_": SelfTrainConfig, "eval_": EvalConfig}
+    return next(cls for prefix, cls in classes.items() if path.name.startswith(prefix))
+
+
+def test_the_redundancy_check_finds_defaults(tmp_path):
+    from knowtrace_train.selftrain.config import SelfTrainConfig
+
+    data = {"iterations": 2, "train": {"learning_rate": 3.0e-4, "rank": 8}, "strategy": {"max_rounds": 3, "passages": 5},
+            "bootstrap": {"train": {"learning_rate": 1.0e-3}}, "retriever": {}}
+    path = tmp_path / "selftrain_x.yaml"
+    path.write_text(yaml.safe_dump(data))
+    loaded = load_config(SelfTrainConfig, path)
+    assert _keys_at_their_default(data, loaded, SelfTrainConfig()) == [
+        "iterations", "train.learning_rate", "strategy.max_rounds", "bootstrap.train.learning_rate", "retriever"]
+
+
+@pytest.mark.parametrize("path", sorted(CONFIGS.glob("*.yaml")), ids=lambda p: p.name)
+def test_shipped_configs_name_only_what_differs_from_the_defaults(path):
+    cls = _config_class(path)
+    data = yaml.safe_load(path.read_text()) or {}
+    assert _keys_at_their_default(data, load_config(cls, path), cls()) == [], f"{path.name}: keys at their {cls.__name__} default"
