@@ -1,0 +1,75 @@
+"""The package's three bands: shared parts know no method, a method never imports the loops, no module is long."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PKG = Path(__file__).resolve().parents[1] / "knowtrace_train"
+SHARED = ("trajectory", "kg", "metrics", "io", "config", "stages", "data", "retrieval", "generation")
+LOOPS = ("selftrain", "train", "evaluate", "report")
+
+
+def _band(module: str) -> str:
+    top = module.split(".")[1] if module.count(".") else ""
+    if top in SHARED:
+        return "shared"
+    if top == "methods":
+        return "methods"
+    if top in LOOPS:
+        return "loops"
+    return "package"
+
+
+def _modules() -> list[tuple[str, Path]]:
+    out = []
+    for p in sorted(PKG.rglob("*.py")):
+        rel = p.relative_to(PKG.parent).with_suffix("")
+        parts = list(rel.parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out.append((".".join(parts), p))
+    return out
+
+
+def _imports(path: Path) -> set[str]:
+    """Every knowtrace_train module the file imports, at the top or inside a function."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name.startswith("knowtrace_train")}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("knowtrace_train"):
+            found.add(node.module)
+            found |= {f"{node.module}.{a.name}" for a in node.names}
+    return found
+
+
+ALLOWED = {"shared": {"shared"}, "methods": {"shared", "methods"}, "loops": {"shared", "methods", "loops"},
+           "package": {"shared", "methods", "loops", "package"}}
+
+
+@pytest.mark.parametrize("module,path", _modules(), ids=[m for m, _ in _modules()])
+def test_a_lower_band_never_imports_a_higher_one(module, path):
+    band = _band(module)
+    wrong = sorted(i for i in _imports(path) if _band(i) not in ALLOWED[band] and i != "knowtrace_train")
+    assert not wrong, f"{module} ({band}) imports {wrong}"
+
+
+def test_only_the_registry_names_a_method_among_the_methods():
+    """A method's folder touches nothing outside itself but the registry line (and the shared bands)."""
+    for module, path in _modules():
+        parts = module.split(".")
+        if len(parts) > 2 and parts[1] == "methods" and parts[2] not in ("base", "star", "hints"):
+            own = ".".join(parts[:3])
+            others = {i for i in _imports(path) if i.startswith("knowtrace_train.methods.")
+                      and not i.startswith(own) and i.split(".")[2] not in ("base", "star", "hints")}
+            assert not others, f"{module} imports another method: {sorted(others)}"
+
+
+def test_no_module_over_500_lines_without_a_reason_in_its_first_line():
+    for module, path in _modules():
+        lines = path.read_text(encoding="utf-8").splitlines()
+        if len(lines) > 500:
+            assert "over 500 lines" in lines[0], f"{module} has {len(lines)} lines and its first line gives no reason"
