@@ -6,24 +6,44 @@ each finished trajectory (scored) to the output the moment it is done, and retur
 summary over every selected question in the file: EM, F1, average rounds, retrieved tokens
 read per question and seconds per question (the engine's attributed wall time; loading
 the model and building the index are not counted).
+
+Every EM and F1 comes with its 95% bootstrap interval (seeded, so the same trajectories give the
+same interval; none under `metrics.MIN_QUESTIONS_FOR_INTERVAL` questions, and the printout says
+so), EM by question kind (bridge / comparison, from `QAItem.type`: a comparison is a two-way
+choice, so guessing scores about 0.5), and the evidence-supported EM where the method can tell
+(`Method.evidence_supported`: answered right AND backed by the model's own traced graph).
+
+Two models are compared on the same questions from their trajectory files (`compare_evals`):
+each scored trajectory carries its question's `em` and `f1`, so a paired test needs nothing
+but the two files, and it refuses files that do not hold the same questions in the same order.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from knowtrace_train.data.schema import Passage, QAItem
 from knowtrace_train.generation import GeneratorConfig
 from knowtrace_train.io import append_jsonl
 from knowtrace_train.methods import StrategyConfig, get_method
 from knowtrace_train.methods.knowtrace import KnowTraceConfig
-from knowtrace_train.metrics import aggregate, score
+from knowtrace_train.metrics import (
+    MIN_QUESTIONS_FOR_INTERVAL,
+    Interval,
+    aggregate,
+    bootstrap_interval,
+    em_by_kind,
+    paired_test,
+    question_kind,
+    score,
+)
 from knowtrace_train.retrieval import RetrieverConfig
 from knowtrace_train.trajectory import Trajectory, read_trajectories
 
@@ -170,12 +190,43 @@ class EvalSummary:
     stop_reasons: dict[str, int] = field(default_factory=dict)
     #: model calls whose output could not be used, by call kind
     unusable_calls: dict[str, int] = field(default_factory=dict)
+    #: 95% bootstrap intervals of EM and F1 (no bounds under MIN_QUESTIONS_FOR_INTERVAL questions;
+    #: None for no questions)
+    em_interval: Interval | None = None
+    f1_interval: Interval | None = None
+    #: EM per question kind ("bridge", "comparison", "unknown"), each with its interval; None where
+    #: the kinds were not given
+    by_kind: dict[str, Interval] | None = None
+    #: questions answered right AND backed by the model's own graph, and their share of all
+    #: questions; None where the method cannot tell
+    evidence_supported: int | None = None
+    evidence_supported_em: float | None = None
 
-    def headline(self) -> dict[str, float | int]:
-        """The last line evaluate prints."""
+    def figures(self) -> dict[str, Any]:
+        """The uncertainty figures as JSON: em_interval, f1_interval (Interval fields), by_kind
+        ({kind: {"n", "em", "interval"}}), evidence_supported, evidence_supported_em."""
+        return {
+            "em_interval": _interval_dict(self.em_interval),
+            "f1_interval": _interval_dict(self.f1_interval),
+            "by_kind": None if self.by_kind is None else {
+                k: {"n": iv.n, "em": iv.mean, "interval": _interval_dict(iv)} for k, iv in self.by_kind.items()},
+            "evidence_supported": self.evidence_supported,
+            "evidence_supported_em": self.evidence_supported_em,
+        }
+
+    def headline(self) -> dict[str, Any]:
+        """The last line evaluate prints. Intervals are [low, high], or null with `interval_note`
+        saying why (too few questions)."""
+        r = lambda v: None if v is None else round(v, 4)  # noqa: E731
         return {
             "em": round(self.em, 4),
             "f1": round(self.f1, 4),
+            "em_interval": _bounds(self.em_interval),
+            "f1_interval": _bounds(self.f1_interval),
+            "interval_note": None if self.em_interval is None else self.em_interval.note,
+            "em_by_kind": None if self.by_kind is None else {
+                k: {"n": iv.n, "em": round(iv.mean, 4), "em_interval": _bounds(iv)} for k, iv in self.by_kind.items()},
+            "evidence_supported_em": r(self.evidence_supported_em),
             "rounds": round(self.rounds, 3),
             "retrieved_tokens": round(self.retrieved_tokens, 1),
             "sec_per_question": round(self.sec_per_question, 3),
@@ -183,11 +234,43 @@ class EvalSummary:
         }
 
 
-def summarize(trajectories: Sequence[Trajectory], new: int = 0) -> EvalSummary:
+def _interval_dict(iv: Interval | None) -> dict[str, Any] | None:
+    return None if iv is None else dataclasses.asdict(iv)
+
+
+def _bounds(iv: Interval | None) -> list[float] | None:
+    if iv is None or iv.low is None or iv.high is None:
+        return None
+    return [round(iv.low, 4), round(iv.high, 4)]
+
+
+def summarize(
+    trajectories: Sequence[Trajectory],
+    new: int = 0,
+    kinds: Sequence[str | None] | None = None,
+    evidence: Callable[[Trajectory], bool | None] | None = None,
+    *,
+    seed: int = 0,
+) -> EvalSummary:
+    """The summary of scored questions. `kinds[i]` is `metrics.question_kind` of trajectory i's
+    question (None: unknown); without `kinds` there is no EM by kind. `evidence(t)` is the method's
+    `evidence_supported` (None from it, or no `evidence`, leaves the evidence-supported EM None).
+    Intervals are seeded percentile bootstraps (`metrics.bootstrap_interval`, seed `seed`)."""
     n = len(trajectories)
     scores = [score(t.prediction, t.answers) for t in trajectories]
     agg = aggregate(scores)
     unusable: Counter[str] = Counter(c.role for t in trajectories for c in t.calls if c.error)
+    em = [s["em"] for s in scores]
+    by_kind = None
+    if kinds is not None:
+        if len(kinds) != n:
+            raise ValueError(f"summarize: {n} trajectories but {len(kinds)} question kinds; they must align")
+        by_kind = em_by_kind(em, list(kinds), seed=seed) if n else {}
+    supported = None
+    if evidence is not None and n:
+        said = [evidence(t) for t in trajectories]
+        if all(v is not None for v in said):
+            supported = sum(1 for v, e in zip(said, em) if v and e == 1.0)
     return EvalSummary(
         em=float(agg["em"]),
         f1=float(agg["f1"]),
@@ -198,7 +281,88 @@ def summarize(trajectories: Sequence[Trajectory], new: int = 0) -> EvalSummary:
         new=new,
         stop_reasons=dict(Counter(t.stop_reason for t in trajectories)),
         unusable_calls=dict(unusable),
+        em_interval=bootstrap_interval(em, seed=seed) if n else None,
+        f1_interval=bootstrap_interval([s["f1"] for s in scores], seed=seed) if n else None,
+        by_kind=by_kind,
+        evidence_supported=supported,
+        evidence_supported_em=None if supported is None else supported / n,
     )
+
+
+def question_kinds(trajectories: Sequence[Trajectory], items_by_id: Mapping[str, QAItem]) -> list[str | None]:
+    """`metrics.question_kind` of each trajectory's question (None where the item is unknown)."""
+    return [question_kind(items_by_id.get(t.question_id)) for t in trajectories]
+
+
+def evidence_check(strategy: StrategyConfig) -> Callable[[Trajectory], bool | None]:
+    """The registered method's `evidence_supported`, bound to its settings."""
+    method = get_method(strategy.name)
+    return lambda t: method.evidence_supported(t, strategy)
+
+
+# -- comparing two models on the same questions -------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class QuestionScores:
+    """Per-question EM and F1 of one trajectory file, in the file's order."""
+
+    source: str
+    ids: list[str]
+    em: list[float]
+    f1: list[float]
+
+
+def read_question_scores(path: str | Path) -> QuestionScores:
+    """question_id, em and f1 of every scored trajectory in a JSONL file (eval.jsonl, evaluate's
+    output); a trajectory not scored yet is scored from its prediction. Reads nothing else of the
+    records and, unlike `read_trajectories`, never touches the file."""
+    path = Path(path)
+    ids: list[str] = []
+    em: list[float] = []
+    f1: list[float] = []
+    with path.open(encoding="utf-8") as fh:
+        for i, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                d = json.loads(line)
+                qid = str(d["question_id"])
+                if d.get("em") is None or d.get("f1") is None:
+                    s = score(d.get("prediction"), d["answers"])
+                    e, f = s["em"], s["f1"]
+                else:
+                    e, f = float(d["em"]), float(d["f1"])
+            except (ValueError, KeyError, TypeError) as exc:
+                raise ValueError(f"{path}:{i}: not a scored trajectory ({exc})") from None
+            ids.append(qid)
+            em.append(e)
+            f1.append(f)
+    return QuestionScores(str(path), ids, em, f1)
+
+
+def compare_scores(a: QuestionScores, b: QuestionScores, *, seed: int = 0) -> dict[str, Any]:
+    """b against a on EM and F1 ({"n", "em", "f1"}, each a `metrics.PairedComparison` as a dict:
+    diff = b - a, its interval, the p-value; exact McNemar for EM, paired bootstrap for F1). Only
+    the same questions in the same order pair: a ValueError otherwise."""
+    if a.ids != b.ids:
+        if sorted(a.ids) == sorted(b.ids):
+            why = "the same questions in another order"
+        else:
+            why = f"other questions ({len(set(a.ids) ^ set(b.ids))} ids in one but not the other)"
+        raise ValueError(f"cannot pair {a.source} ({len(a.ids)} questions) with {b.source} ({len(b.ids)}): {why}")
+    if not a.ids:
+        raise ValueError(f"cannot pair {a.source} with {b.source}: no questions")
+    return {
+        "n": len(a.ids),
+        "em": dataclasses.asdict(paired_test(a.em, b.em, seed=seed)),
+        "f1": dataclasses.asdict(paired_test(a.f1, b.f1, seed=seed)),
+    }
+
+
+def compare_evals(a: str | Path, b: str | Path, *, seed: int = 0) -> dict[str, Any]:
+    """`compare_scores` of two trajectory files (model b against model a)."""
+    return compare_scores(read_question_scores(a), read_question_scores(b), seed=seed)
 
 
 def load_eval_items(config: EvalConfig) -> tuple[list[QAItem], list[QAItem]]:
@@ -273,7 +437,9 @@ def evaluate(
         if bar is not None:
             bar.close()
         log.info("ran %d questions in %.1fs", len(todo), time.perf_counter() - t0)
-    return summarize([done[it.id] for it in items if it.id in done], new=len(todo))
+    have = [it for it in items if it.id in done]
+    return summarize([done[it.id] for it in have], new=len(todo), kinds=[question_kind(it) for it in have],
+                     evidence=evidence_check(config.strategy))
 
 
 def _progress(total: int, enabled: bool):
@@ -288,8 +454,10 @@ def format_summary(s: EvalSummary) -> str:
     """The human-readable table evaluate prints before the JSON line."""
     lines = [
         f"questions          {s.questions} ({s.new} run now)",
-        f"EM                 {s.em:.4f}",
-        f"F1                 {s.f1:.4f}",
+        f"EM                 {_with_interval(s.em, s.em_interval)}",
+        f"F1                 {_with_interval(s.f1, s.f1_interval)}",
+        *_kind_lines(s),
+        f"evidence-supported {_evidence_text(s)}",
         f"rounds / question  {s.rounds:.2f}",
         f"retrieved tokens   {s.retrieved_tokens:.1f} per question",
         f"seconds / question {s.sec_per_question:.2f}",
@@ -297,3 +465,33 @@ def format_summary(s: EvalSummary) -> str:
         f"unusable calls     {json.dumps(s.unusable_calls, sort_keys=True)}",
     ]
     return "\n".join(lines)
+
+
+def _with_interval(mean: float, iv: Interval | None) -> str:
+    """`0.2500 [0.1667, 0.3333] (n=24, 95% bootstrap)`, or `0.2500 (n=12: too few questions for an
+    interval, under 20)`."""
+    if iv is None:
+        return f"{mean:.4f}"
+    if iv.low is None or iv.high is None:
+        return f"{mean:.4f} (n={iv.n}: too few questions for an interval, under {MIN_QUESTIONS_FOR_INTERVAL})"
+    return f"{mean:.4f} [{iv.low:.4f}, {iv.high:.4f}] (n={iv.n}, {iv.confidence:.0%} bootstrap)"
+
+
+def _kind_lines(s: EvalSummary) -> list[str]:
+    if not s.by_kind:
+        return []
+    lines = []
+    for kind, iv in s.by_kind.items():
+        text = _with_interval(iv.mean, iv)
+        if kind == "comparison":
+            text += "; a two-way choice: a guess scores about 0.5"
+        lines.append(f"EM {kind:15} {text}")
+    return lines
+
+
+def _evidence_text(s: EvalSummary) -> str:
+    if s.evidence_supported is None or s.evidence_supported_em is None:
+        return "- (this method cannot tell whether its evidence backs an answer)"
+    right = int(round(s.em * s.questions))
+    return (f"{s.evidence_supported_em:.4f} ({s.evidence_supported} of {s.questions} questions answered right "
+            f"with the answer traced in the model's own graph; {right} answered right)")

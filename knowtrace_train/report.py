@@ -4,6 +4,11 @@
 `table_header` / `table_row` print one row per model as the run goes; `load_run` reads a finished
 (or running) run folder back; `plot_runs` draws EM and FA ratio per iteration, one line per run
 (backtracing and non-backtracing side by side when both are given).
+
+Every dev EM is shown with its 95% bootstrap interval ("0.250 [0.17,0.33]"; under
+`MIN_QUESTIONS_FOR_INTERVAL` dev questions the EM alone and "(n<20: no interval)"), and every
+iteration with its EM difference from M0 and the paired test's p-value ("+0.042 p=0.62"; McNemar,
+from the loop's `vs_m0`). summary.json and the last JSON line carry the same figures.
 """
 
 from __future__ import annotations
@@ -12,10 +17,17 @@ import json
 from pathlib import Path
 from typing import Any, Sequence
 
+from knowtrace_train.metrics import MIN_QUESTIONS_FOR_INTERVAL
+
 COLUMNS = (
     ("iter", 5), ("correct", 9), ("FA", 6), ("FA exp/com/ans", 16), ("SFT exp/com", 11),
-    ("loss exp/com", 13), ("train s", 8), ("dev EM", 7), ("dev F1", 7),
+    ("loss exp/com", 13), ("train s", 8), ("dev EM [95% CI]", 18), ("dev F1", 7), ("EM vs M0", 13),
 )
+
+#: what a row says after its cells when the dev set is too small for an interval
+NO_INTERVAL = f"(n<{MIN_QUESTIONS_FOR_INTERVAL}: no interval)"
+#: the figures of a model's dev evaluation that summary.json keeps (beside em and f1)
+EVAL_FIGURES = ("em_interval", "f1_interval", "by_kind", "evidence_supported", "evidence_supported_em")
 
 
 def _fmt(v: Any, digits: int = 3) -> str:
@@ -30,9 +42,43 @@ def table_header() -> str:
     return "  ".join(name.rjust(w) for name, w in COLUMNS)
 
 
+def _has_bounds(iv: dict[str, Any] | None) -> bool:
+    return bool(iv) and iv.get("low") is not None and iv.get("high") is not None
+
+
+def em_cell(em: float | None, iv: dict[str, Any] | None) -> str:
+    """`0.250 [0.17,0.33]`; the EM alone where there is no interval (see `interval_marker`)."""
+    if em is None:
+        return "-"
+    if not _has_bounds(iv):
+        return f"{em:.3f}"
+    return f"{em:.3f} [{iv['low']:.2f},{iv['high']:.2f}]"  # type: ignore[index]
+
+
+def interval_marker(iv: dict[str, Any] | None) -> str:
+    """NO_INTERVAL where an interval was computed for too few questions, else nothing (a run that
+    predates intervals has none and says nothing)."""
+    return NO_INTERVAL if iv and not _has_bounds(iv) else ""
+
+
+def p_text(p: float) -> str:
+    return "p<0.01" if p < 0.01 else f"p={p:.2f}"
+
+
+def diff_cell(cmp: dict[str, Any] | None) -> str:
+    """`+0.042 p=0.62`: the EM difference of a paired comparison ({"em": PairedComparison dict})
+    and its p-value; "-" where there is none."""
+    em = (cmp or {}).get("em")
+    if not em:
+        return "-"
+    return f"{em['diff']:+.3f} {p_text(em['p_value'])}"
+
+
 def table_row(m: dict[str, Any]) -> str:
     """One row: iteration, rollout questions correct, FA ratio overall and per call kind, SFT records
-    per adapter, training loss per adapter, training seconds, dev EM and F1."""
+    per adapter, training loss per adapter, training seconds, dev EM with its interval, dev F1, and
+    for an iteration its EM difference from M0 with the paired test's p-value; NO_INTERVAL after
+    the cells where the dev set is too small for an interval."""
     it = m.get("iteration")
     ev = m.get("eval") or {}
     roll = m.get("rollout") or {}
@@ -60,15 +106,26 @@ def table_row(m: dict[str, Any]) -> str:
             "/".join(losses),
             _fmt(m.get("seconds", {}).get("train"), 0),
         ]
-    cells += [_fmt(ev.get("em")), _fmt(ev.get("f1"))]
+    iv = ev.get("em_interval")
+    cells += [em_cell(ev.get("em"), iv), _fmt(ev.get("f1")), diff_cell(m.get("vs_m0"))]
+    marker = interval_marker(iv)
     if m.get("status") == "empty":
-        cells[-2:] = ["empty", "-"]
-    return "  ".join(c.rjust(w) for c, (_, w) in zip(cells, COLUMNS))
+        cells[-3:-1] = ["empty", "-"]
+    row = "  ".join(c.rjust(w) for c, (_, w) in zip(cells, COLUMNS))
+    return f"{row}  {marker}" if marker else row
+
+
+def _eval_entry(ev: dict[str, Any] | None) -> dict[str, Any]:
+    ev = ev or {}
+    return {"em": ev.get("em"), "f1": ev.get("f1"), **{k: ev.get(k) for k in EVAL_FIGURES}}
 
 
 def summarize_run(config, run_dir: Path, metrics: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """The run's summary: dev EM/F1 of the raw base, of M0 and of every iteration, FA ratios, records,
-    losses, and the seconds of each phase (summed over the stages as they ran, resumes included)."""
+    """The run's summary: dev EM/F1 of the raw base, of M0 and of every iteration (each with its
+    intervals, EM by question kind and the evidence-supported EM: EVAL_FIGURES), the paired tests of
+    M0 against the base (`vs_base`) and of each iteration against M0 and the previous model
+    (`vs_m0`, `vs_previous`), FA ratios, records, losses, and the seconds of each phase (summed over
+    the stages as they ran, resumes included)."""
     base = next((m for m in metrics if m.get("iteration") == "base"), None)
     boot = next((m for m in metrics if m.get("iteration") == 0), None)
     iters = [m for m in metrics if isinstance(m.get("iteration"), int) and m["iteration"] > 0]
@@ -89,8 +146,9 @@ def summarize_run(config, run_dir: Path, metrics: Sequence[dict[str, Any]]) -> d
         rows.append({
             "iteration": m["iteration"],
             "status": m.get("status"),
-            "em": ev.get("em"),
-            "f1": ev.get("f1"),
+            **_eval_entry(ev),
+            "vs_m0": m.get("vs_m0"),
+            "vs_previous": m.get("vs_previous"),
             "fa_ratio": bt.get("fa_ratio"),
             "fa_by_role": bt.get("fa_by_role"),
             "rollout_correct": roll.get("correct"),
@@ -106,9 +164,9 @@ def summarize_run(config, run_dir: Path, metrics: Sequence[dict[str, Any]]) -> d
         "mode": config.mode,
         "model": config.generator.model,
         "iterations_planned": config.iterations,
-        "base": None if base is None else {"em": base["eval"]["em"], "f1": base["eval"]["f1"]},
+        "base": None if base is None else _eval_entry(base["eval"]),
         "bootstrap": None if boot is None else {
-            "em": boot["eval"]["em"], "f1": boot["eval"]["f1"], "sft_records": boot.get("sft_records"),
+            **_eval_entry(boot["eval"]), "vs_base": boot.get("vs_base"), "sft_records": boot.get("sft_records"),
             "gold_trajectories": (boot.get("gold") or {}).get("trajectories"),
         },
         "iterations": rows,
@@ -117,17 +175,35 @@ def summarize_run(config, run_dir: Path, metrics: Sequence[dict[str, Any]]) -> d
 
 
 def headline(summary: dict[str, Any]) -> dict[str, Any]:
-    """The recipe's last line: the run folder, dev EM of base / M0 / each iteration, FA ratios."""
+    """The recipe's last line: the run folder, dev EM of base / M0 / each iteration with its 95%
+    interval ([low, high], null without one), each iteration's EM difference from M0 and its p-value
+    (and M0's from the base), FA ratios, seconds."""
     r = lambda v: None if v is None else round(v, 4)  # noqa: E731
+    base, boot, iters = summary.get("base") or {}, summary.get("bootstrap") or {}, summary["iterations"]
     return {
         "run_dir": summary["run_dir"],
         "mode": summary["mode"],
-        "base_em": r((summary.get("base") or {}).get("em")),
-        "m0_em": r((summary.get("bootstrap") or {}).get("em")),
-        "em": [r(x["em"]) for x in summary["iterations"]],
-        "fa_ratio": [r(x["fa_ratio"]) for x in summary["iterations"]],
+        "base_em": r(base.get("em")),
+        "base_em_interval": interval_bounds(base.get("em_interval")),
+        "m0_em": r(boot.get("em")),
+        "m0_em_interval": interval_bounds(boot.get("em_interval")),
+        "m0_p_vs_base": r(_em_cmp(boot.get("vs_base"), "p_value")),
+        "em": [r(x["em"]) for x in iters],
+        "em_interval": [interval_bounds(x.get("em_interval")) for x in iters],
+        "em_diff_vs_m0": [r(_em_cmp(x.get("vs_m0"), "diff")) for x in iters],
+        "p_vs_m0": [r(_em_cmp(x.get("vs_m0"), "p_value")) for x in iters],
+        "fa_ratio": [r(x["fa_ratio"]) for x in iters],
         "seconds": summary["seconds"],
     }
+
+
+def interval_bounds(iv: dict[str, Any] | None) -> list[float] | None:
+    """[low, high] of an interval dict, rounded; None without bounds."""
+    return [round(iv["low"], 4), round(iv["high"], 4)] if _has_bounds(iv) else None  # type: ignore[index]
+
+
+def _em_cmp(cmp: dict[str, Any] | None, key: str) -> float | None:
+    return ((cmp or {}).get("em") or {}).get(key)
 
 
 # -- reading runs back and plotting ------------------------------------------------------------------
@@ -158,6 +234,16 @@ def series(summary: dict[str, Any]) -> tuple[list[int], list[float | None], list
     return em_x, em_y, [x for x, _ in fa], [y for _, y in fa]
 
 
+def em_intervals(summary: dict[str, Any]) -> list[list[float] | None]:
+    """[low, high] of each EM point of `series` (same order), None where a point has no interval."""
+    out = []
+    start = summary.get("bootstrap") or summary.get("base")
+    if start is not None:
+        out.append(interval_bounds(start.get("em_interval")))
+    out += [interval_bounds(row.get("em_interval")) for row in summary["iterations"] if row.get("em") is not None]
+    return out
+
+
 def label(summary: dict[str, Any]) -> str:
     method = summary.get("method", "knowtrace")
     kind = "backtracing" if summary.get("mode") == "backtrace" else "non-backtracing (STaR)"
@@ -165,7 +251,8 @@ def label(summary: dict[str, Any]) -> str:
 
 
 def plot_runs(summaries: Sequence[dict[str, Any]], out: str | Path, title: str = "") -> Path:
-    """Figure 2 of the paper for these runs: (a) dev EM per iteration, (b) FA ratio per iteration."""
+    """Figure 2 of the paper for these runs: (a) dev EM per iteration, with its 95% interval as an
+    error bar where the run has one, (b) FA ratio per iteration."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -176,7 +263,12 @@ def plot_runs(summaries: Sequence[dict[str, Any]], out: str | Path, title: str =
     for s in summaries:
         ex, ey, fx, fy = series(s)
         style = markers.get(s.get("mode"), "^-")
-        ax_em.plot(ex, ey, style, label=label(s))
+        (line,) = ax_em.plot(ex, ey, style, label=label(s))
+        bars = [(x, y, iv) for x, y, iv in zip(ex, ey, em_intervals(s)) if iv is not None]
+        if bars:
+            ax_em.errorbar([x for x, _, _ in bars], [y for _, y, _ in bars],
+                           yerr=[[y - iv[0] for _, y, iv in bars], [iv[1] - y for _, y, iv in bars]],
+                           fmt="none", ecolor=line.get_color(), capsize=3, alpha=0.7)
         ax_fa.plot(fx, fy, style, label=label(s))
     base = next((s["base"]["em"] for s in summaries if s.get("base")), None)
     if base is not None:
@@ -198,20 +290,32 @@ def plot_runs(summaries: Sequence[dict[str, Any]], out: str | Path, title: str =
 
 
 def comparison_table(summaries: Sequence[dict[str, Any]]) -> str:
-    """Per run and iteration: dev EM, F1, FA ratio, correct rollouts, SFT records."""
-    lines = [f"{'run':28} {'mode':9} {'iter':>4} {'dev EM':>7} {'dev F1':>7} {'FA':>6} {'correct':>8} {'SFT records':>14}"]
+    """Per run and iteration: dev EM with its 95% interval, F1, FA ratio, correct rollouts, SFT records,
+    and the EM difference from M0 with its p-value; NO_INTERVAL at the end of a row without one."""
+    lines = [f"{'run':28} {'mode':9} {'iter':>4} {'dev EM [95% CI]':>18} {'dev F1':>7} {'FA':>6} {'correct':>8} "
+             f"{'SFT records':>14} {'EM vs M0':>13}"]
+
+    def em(entry: dict[str, Any]) -> str:
+        return f"{em_cell(entry.get('em'), entry.get('em_interval')):>18}"
+
+    def end(line: str, entry: dict[str, Any]) -> str:
+        marker = interval_marker(entry.get("em_interval"))
+        return f"{line}  {marker}" if marker else line
+
     for s in summaries:
         name = s.get("name", "")[:28]
         if s.get("base"):
-            lines.append(f"{name:28} {s['mode']:9} {'base':>4} {s['base']['em']:7.3f} {s['base']['f1']:7.3f}")
+            b = s["base"]
+            lines.append(end(f"{name:28} {s['mode']:9} {'base':>4} {em(b)} {b['f1']:7.3f} {'-':>6} {'-':>8} {'-':>14} "
+                             f"{'-':>13}", b))
         if s.get("bootstrap"):
             b = s["bootstrap"]
-            lines.append(f"{name:28} {s['mode']:9} {0:>4} {b['em']:7.3f} {b['f1']:7.3f} {'-':>6} {'gold':>8} "
-                         f"{json.dumps(b.get('sft_records'), separators=(',', ':')):>14}")
+            lines.append(end(f"{name:28} {s['mode']:9} {0:>4} {em(b)} {b['f1']:7.3f} {'-':>6} {'gold':>8} "
+                             f"{json.dumps(b.get('sft_records'), separators=(',', ':')):>14} {'-':>13}", b))
         for r in s["iterations"]:
             recs = "/".join(str(v) for v in (r.get("sft_records") or {}).values())
-            lines.append(
-                f"{name:28} {s['mode']:9} {r['iteration']:>4} {_fmt(r.get('em')):>7} {_fmt(r.get('f1')):>7} "
-                f"{_fmt(r.get('fa_ratio')):>6} {str(r.get('rollout_correct')) + '/' + str(r.get('rollout_questions')):>8} {recs:>14}"
-            )
+            lines.append(end(
+                f"{name:28} {s['mode']:9} {r['iteration']:>4} {em(r)} {_fmt(r.get('f1')):>7} "
+                f"{_fmt(r.get('fa_ratio')):>6} {str(r.get('rollout_correct')) + '/' + str(r.get('rollout_questions')):>8} "
+                f"{recs:>14} {diff_cell(r.get('vs_m0')):>13}", r))
     return "\n".join(lines)

@@ -9,8 +9,11 @@ prompt format and the strategy settings all come from the run (`--iteration 0` i
 
 Any config key can be overridden (`--strategy.max_rounds 3`, `--generator.adapters.explore DIR`).
 Trajectories are appended to --output as each question finishes; a rerun skips the questions
-already there. The last line printed is one JSON object: em, f1, rounds, retrieved_tokens,
-sec_per_question, questions.
+already there. The printout gives EM and F1 with their 95% bootstrap intervals (under 20 questions
+it says there are too few for one), EM by question kind (bridge / comparison) and, where the method
+can tell, the evidence-supported EM. The last line printed is one JSON object: em, f1, em_interval,
+f1_interval ([low, high], or null with interval_note saying why), em_by_kind, evidence_supported_em,
+rounds, retrieved_tokens, sec_per_question, questions.
 """
 
 from __future__ import annotations

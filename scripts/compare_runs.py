@@ -3,7 +3,8 @@
     python scripts/compare_runs.py runs/selftrain_default runs/selftrain_star --out runs/figure2.png
 
 Each RUN is a run folder of recipes/selftrain.py (its summary.json; a running run shows the
-iterations finished so far). The figure has (a) dev EM per iteration, from M0 (iteration 0), and
+iterations finished so far). The figure has (a) dev EM per iteration, from M0 (iteration 0), with
+its 95% bootstrap interval as an error bar where the run has one (none under 20 dev questions), and
 (b) the FA ratio of each iteration's rollouts, one line per run: backtracing and non-backtracing
 runs side by side when both are given. The last line printed is one JSON object.
 """
@@ -17,7 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from knowtrace_train.report import comparison_table, load_run, plot_runs, series  # noqa: E402
+from knowtrace_train.report import comparison_table, em_intervals, load_run, plot_runs, series  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -40,7 +41,8 @@ def main(argv: list[str] | None = None) -> int:
     runs = []
     for s in summaries:
         ex, ey, fx, fy = series(s)
-        runs.append({"run_dir": s["run_dir"], "mode": s["mode"], "em": dict(zip(ex, ey)), "fa_ratio": dict(zip(fx, fy))})
+        runs.append({"run_dir": s["run_dir"], "mode": s["mode"], "em": dict(zip(ex, ey)),
+                     "em_interval": dict(zip(ex, em_intervals(s))), "fa_ratio": dict(zip(fx, fy))})
     print(json.dumps({"figure": figure, "runs": runs}))
     return 0
 

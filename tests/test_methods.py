@@ -155,6 +155,10 @@ def test_evaluate_runs_the_toy_method(direct, tmp_path, tiny_model_dir):
     gen = HalfOracle(build_generator(cfg.generator), items)
     s = evaluate(cfg, generator=gen, progress=False)
     assert s.questions == 4 and s.em == 0.5 and s.rounds == 1.0
+    # no graph to check an answer against: no evidence-supported EM; the kinds come from the world's items
+    assert s.evidence_supported is None and s.evidence_supported_em is None
+    assert {k: iv.n for k, iv in s.by_kind.items()} == {
+        k: n for k in ("bridge", "comparison") if (n := sum(it.type == k for it in items))}
     rows = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
     assert [r["strategy"] for r in rows] == ["direct"] * 4 and rows[0]["calls"][0]["role"] == "answer"
 
@@ -185,6 +189,9 @@ def test_one_star_iteration_of_the_toy_method(direct, tmp_path, tiny_model_dir):
     m = json.loads((it / "metrics.json").read_text())
     assert m["status"] == "trained" and m["adapters"] == {"answer": "iter_1/adapters/answer"}
     assert m["eval"]["questions"] == 4 and summary["method"] == "direct" and summary["iterations"][0]["em"] is not None
+    assert m["eval"]["evidence_supported_em"] is None and m["eval"]["em_interval"]["n"] == 4
+    # M0 is the raw base and eval_base is off: M0 has no dev evaluation to pair with
+    assert m["vs_m0"] is None and m["vs_previous"] is None
 
     # the trained model, evaluated by naming the run: its adapter, its method and settings
     rm = run_model(run.run_dir, 1)

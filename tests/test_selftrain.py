@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -11,7 +12,8 @@ import pytest
 import yaml
 
 from knowtrace_train.config import ConfigError, load_config
-from knowtrace_train.report import headline, load_run, table_header, table_row
+from knowtrace_train.metrics import paired_test
+from knowtrace_train.report import NO_INTERVAL, headline, load_run, table_header, table_row
 from knowtrace_train.selftrain import SelfTrain, check_same_config
 from knowtrace_train.selftrain.config import SelfTrainConfig
 
@@ -166,6 +168,41 @@ def test_loop_two_iterations_on_the_tiny_model(tmp_path, tiny_model_dir):
     assert len(line["em"]) == 2 and len(line["fa_ratio"]) == 2 and line["run_dir"] == str(d)
     assert load_run(d) == json.loads((d / "summary.json").read_text())
 
+    # intervals and paired tests: 4 dev questions give means but no interval, and every row says so
+    assert all(r.endswith(NO_INTERVAL) for r in rows)
+    dev_ids = json.loads((d / "questions.json").read_text())["dev"]
+
+    def file_scores(folder: str) -> tuple[list[float], list[float]]:
+        trajs = [json.loads(x) for x in (d / folder / "eval.jsonl").read_text().splitlines()]
+        assert [t["question_id"] for t in trajs] == dev_ids
+        return [t["em"] for t in trajs], [t["f1"] for t in trajs]
+
+    def paired(a: str, b: str) -> dict:
+        (em_a, f1_a), (em_b, f1_b) = file_scores(a), file_scores(b)
+        seed = run.config.seed
+        return {"n": 4, "em": dataclasses.asdict(paired_test(em_a, em_b, seed=seed)),
+                "f1": dataclasses.asdict(paired_test(f1_a, f1_b, seed=seed))}
+
+    from knowtrace_train.data.loaders import load_items
+
+    dev_kinds = {it.id: it.type for it in load_items(run.config.data.dev)}
+    m0_metrics = json.loads((d / "iter_0" / "metrics.json").read_text())
+    assert m0_metrics["vs_base"] == {"model": "base", **paired("base", "iter_0")}
+    for z in (1, 2):
+        m = json.loads((d / f"iter_{z}" / "metrics.json").read_text())
+        ev = m["eval"]
+        assert ev["em_interval"]["low"] is None and ev["em_interval"]["n"] == 4 and ev["em_interval"]["mean"] == ev["em"]
+        assert {k: v["n"] for k, v in ev["by_kind"].items()} == {
+            k: sum(dev_kinds[i] == k for i in dev_ids) for k in ("bridge", "comparison") if any(dev_kinds[i] == k for i in dev_ids)}
+        assert isinstance(ev["evidence_supported"], int) and 0 <= ev["evidence_supported"] <= round(ev["em"] * 4)
+        assert m["vs_m0"] == {"model": "M0", **paired("iter_0", f"iter_{z}")}
+        assert m["vs_previous"] == {"model": f"M{z - 1}", **paired(f"iter_{z - 1}", f"iter_{z}")}
+        assert f"{m['vs_m0']['em']['diff']:+.3f} p={m['vs_m0']['em']['p_value']:.2f}" in rows[1 + z]
+        assert summary["iterations"][z - 1]["vs_m0"] == m["vs_m0"]
+        assert summary["iterations"][z - 1]["by_kind"] == ev["by_kind"]
+    assert line["em_interval"] == [None, None] and line["m0_em_interval"] is None
+    assert line["p_vs_m0"] == [round(x["vs_m0"]["em"]["p_value"], 4) for x in summary["iterations"]]
+
     # a rerun of a finished run loads no model and changes nothing
     before = {p: p.read_bytes() for p in d.rglob("*") if p.is_file()}
     cfg = run.config
@@ -181,6 +218,26 @@ def test_loop_two_iterations_on_the_tiny_model(tmp_path, tiny_model_dir):
     assert r.returncode == 0, r.stderr[-2000:]
     assert out.stat().st_size > 1000 and "iter" in r.stdout
     assert json.loads(r.stdout.strip().splitlines()[-1])["figure"] == str(out)
+
+
+def test_eval_files_of_other_questions_are_not_paired(tmp_path, caplog):
+    """The loop's paired tests read two eval.jsonl files; files of other questions are refused (and
+    said so in the metrics), a model without an evaluation is not compared."""
+    from knowtrace_train.io import write_jsonl
+    from knowtrace_train.selftrain.models import ModelState
+
+    run = SelfTrain(SelfTrainConfig(output_dir=str(tmp_path)), progress=False)
+    row = {"answers": ["x"], "prediction": "x", "em": 1.0, "f1": 1.0}
+    write_jsonl(tmp_path / "iter_0" / "eval.jsonl", [{**row, "question_id": f"q{i}"} for i in range(3)])
+    write_jsonl(tmp_path / "iter_1" / "eval.jsonl", [{**row, "question_id": f"q{i}"} for i in (0, 2, 1)])
+    out = run._compare("M0", tmp_path / "iter_0", tmp_path / "iter_1")
+    assert out["model"] == "M0" and "another order" in out["refused"] and "em" not in out
+    assert "no paired test of iter_1 against M0" in caplog.text
+    assert table_row({"iteration": 1, "eval": {"em": 1.0}, "vs_m0": out}).split()[-1] == "-"
+    assert run._compare("M0", tmp_path / "iter_0", tmp_path / "iter_2") is None
+    # M0's evaluation: the bootstrap's, or the raw base's when M0 is the raw base
+    assert run.m0_folder(ModelState(name="M0", model="m")) == run.run_dir / "iter_0"
+    assert run.m0_folder(run.raw_base()) == run.run_dir / "base"
 
 
 def test_changed_config_is_refused_in_an_existing_run_folder(tmp_path):

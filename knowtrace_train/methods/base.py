@@ -121,6 +121,12 @@ class Method:
         """SFT records of the ideal trajectories the items' gold evidence implies (the bootstrap)."""
         raise ValueError(f"method {self.name!r} has no gold trajectories: set bootstrap.mode: never")
 
+    def evidence_supported(self, traj: Trajectory, config: StrategyConfig) -> bool | None:
+        """Whether `traj` answered right AND its own retrieved evidence backs the answer (the share of
+        right answers that are not guesses: "evidence-supported EM"). None: the method cannot tell
+        (the default; a method without a traced graph has nothing to check the answer against)."""
+        return None
+
     def validate_for_training(self, config: StrategyConfig) -> None:
         """Cross-field rules the self-training loop needs (an adapter per role); raise ValueError."""
 

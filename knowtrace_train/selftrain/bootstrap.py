@@ -89,6 +89,8 @@ class Bootstrap:
             "sft_records": {k: len(v) for k, v in records.items()},
             "train": train_info,
             "eval": ev,
+            # M0 against the raw base on the dev questions (None where the base was not evaluated)
+            "vs_base": self._compare("base", self.run_dir / "base", folder),
             "seconds": {
                 "gold": gold["seconds"],
                 "train": sum(t["seconds"] for t in train_info.values()),

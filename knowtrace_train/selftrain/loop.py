@@ -18,7 +18,9 @@ Run folder (runs/<name>):
     m0.json                       M0: "path" of its model folder (relative to the run folder when inside it), the
                                   raw base, whether bootstrapped, the prompt settings it runs with
     iter_<z>/                     rollouts.jsonl, backtrace.json, sft_<kind>.jsonl, adapters/<role>/,
-                                  eval.jsonl, metrics.json
+                                  eval.jsonl, metrics.json (with `vs_m0` and `vs_previous`: paired tests
+                                  of M(z) against M0 and M(z-1) on the dev questions, read from the
+                                  eval.jsonl files)
     <folder>/DONE.<stage>         the stage's marker with its seconds and figures
     summary.json                  dev EM/F1 and FA ratios per iteration, wall time per phase
 
@@ -39,9 +41,10 @@ from typing import Any, Callable, Mapping, Sequence
 
 from knowtrace_train.config import ConfigError, config_to_dict, dump_config, read_yaml
 from knowtrace_train.data.schema import Passage, QAItem
-from knowtrace_train.evaluate import EvalConfig, load_corpus, summarize
+from knowtrace_train.evaluate import EvalConfig, compare_evals, evidence_check, load_corpus, summarize
 from knowtrace_train.io import write_json, write_jsonl
 from knowtrace_train.methods import Method, StrategyConfig, get_method
+from knowtrace_train.metrics import question_kind
 from knowtrace_train.selftrain.bootstrap import Bootstrap
 from knowtrace_train.selftrain.config import LAUNCH_KEY, SelfTrainConfig
 from knowtrace_train.selftrain.models import ModelState, generator_config, read_records, strategy_config
@@ -247,12 +250,14 @@ class SelfTrain(Bootstrap):
 
         gen_cfg = self.generator_config(state)
         make = self.make_generator or build_generator
+        strategy = self.strategy_config(state, seed)
         trajs = run_rollouts(
-            items, out, self.strategy_config(state, seed), lambda: make(gen_cfg), self.retriever,
+            items, out, strategy, lambda: make(gen_cfg), self.retriever,
             chunk_size=self.config.chunk_size, procs=self.procs, iteration=iteration, desc=desc,
             progress=self.progress,
         )
-        s = summarize(trajs)
+        s = summarize(trajs, kinds=[question_kind(it) for it in items], evidence=evidence_check(strategy),
+                      seed=self.config.seed)
         return {
             "model": state.name,
             "questions": s.questions,
@@ -264,11 +269,30 @@ class SelfTrain(Bootstrap):
             "sec_per_question": s.sec_per_question,
             "stop_reasons": s.stop_reasons,
             "unusable_calls": s.unusable_calls,
+            **s.figures(),
         }
 
     def _eval(self, folder: Path, state: ModelState, seed: int, iteration: int | None) -> dict[str, Any]:
         return self.stages.run(folder, "eval", lambda: self._rollout(
             state, self.questions.dev, folder / "eval.jsonl", seed, f"{folder.name} dev eval", iteration))
+
+    def _compare(self, against: str, a_folder: Path, b_folder: Path) -> dict[str, Any] | None:
+        """The model evaluated in `b_folder` against the one in `a_folder` (named `against`) on the
+        dev questions: {"model": against, "n", "em", "f1"} (paired tests, `evaluate.compare_evals`,
+        read from the two eval.jsonl files). None where either was not evaluated; {"model",
+        "refused"} where the files hold other questions (they never should in one run folder)."""
+        a, b = a_folder / "eval.jsonl", b_folder / "eval.jsonl"
+        if not (a.is_file() and b.is_file()):
+            return None
+        try:
+            return {"model": against, **compare_evals(a, b, seed=self.config.seed)}
+        except ValueError as e:
+            log.warning("no paired test of %s against %s: %s", b_folder.name, against, e)
+            return {"model": against, "refused": str(e)}
+
+    def m0_folder(self, m0: ModelState) -> Path:
+        """Where M0's dev evaluation is: iter_0 (bootstrapped) or base (M0 is the raw base)."""
+        return self.run_dir / ("iter_0" if m0.name == "M0" else "base")
 
     # -- the raw base -----------------------------------------------------------------------------
     def raw_base(self) -> ModelState:
@@ -319,6 +343,10 @@ class SelfTrain(Bootstrap):
             state = ModelState(name=f"M{z}", model=m0.model, adapters=adapters,
                                trained=m0.trained | frozenset(adapters))
         ev = None if stop else self._eval(folder, state, seed, z)
+        vs_m0 = vs_prev = None
+        if ev is not None:
+            vs_m0 = self._compare(m0.name, self.m0_folder(m0), folder)
+            vs_prev = vs_m0 if z == 1 else self._compare(prev.name, self.run_dir / f"iter_{z - 1}", folder)
         m = {
             "iteration": z,
             "model": state.name,
@@ -330,6 +358,8 @@ class SelfTrain(Bootstrap):
             "adapters": {a: str(Path(p).relative_to(self.run_dir)) if _inside(p, self.run_dir) else p
                          for a, p in adapters.items()},
             "eval": ev,
+            "vs_m0": vs_m0,
+            "vs_previous": vs_prev,
             "seconds": {
                 "rollout": roll["seconds"],
                 "rationalize": bt["seconds"],

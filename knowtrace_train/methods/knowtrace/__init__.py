@@ -30,6 +30,7 @@ from knowtrace_train.methods.knowtrace.config import (
 )
 from knowtrace_train.methods.knowtrace.engine import KnowTrace
 from knowtrace_train.retrieval.base import Retriever
+from knowtrace_train.trajectory import Trajectory, is_correct
 
 
 def backtrace_records(trajectories, items_by_id, *, strategy: KnowTraceConfig, count_tokens, fewshot, iteration,
@@ -84,6 +85,14 @@ class KnowTraceMethod(Method):
 
         return gold_trajectory_records(items, retriever, k=config.passages, fewshot=fewshot, kg_format=config.kg_format,
                                        require_support=require_support, count_tokens=count_tokens, iteration=iteration)
+
+    def evidence_supported(self, traj: Trajectory, config: KnowTraceConfig) -> bool:
+        """Correct, and backtracing finds the evidence subgraph in the trajectory's own graph: a path
+        from the answer entity (for a yes/no answer, the entities of the final thought) back to an
+        initial entity under `config.path_rule`."""
+        from knowtrace_train.methods.knowtrace.backtrace import backtrace
+
+        return is_correct(traj) and backtrace(traj, config.path_rule).ok
 
     def validate_for_training(self, config: KnowTraceConfig) -> None:
         roles = config.roles
