@@ -20,8 +20,8 @@ from typing import Any, Sequence
 from knowtrace_train.metrics import MIN_QUESTIONS_FOR_INTERVAL
 
 COLUMNS = (
-    ("iter", 5), ("correct", 9), ("FA", 6), ("FA exp/com/ans", 16), ("SFT exp/com", 11),
-    ("loss exp/com", 13), ("train s", 8), ("dev EM [95% CI]", 18), ("dev F1", 7), ("EM vs M0", 13),
+    ("iter", 5), ("correct", 9), ("FA", 6), ("FA per kind", 16), ("SFT/adapter", 11),
+    ("loss/adapter", 13), ("train s", 8), ("dev EM [95% CI]", 18), ("dev F1", 7), ("EM vs M0", 13),
 )
 
 #: what a row says after its cells when the dev set is too small for an interval
@@ -75,8 +75,8 @@ def diff_cell(cmp: dict[str, Any] | None) -> str:
 
 
 def table_row(m: dict[str, Any]) -> str:
-    """One row: iteration, rollout questions correct, FA ratio overall and per call kind, SFT records
-    per adapter, training loss per adapter, training seconds, dev EM with its interval, dev F1, and
+    """One row: iteration, rollout questions correct, FA ratio overall and per record kind (KnowTrace:
+    explore/complete/answer), SFT records per adapter (KnowTrace: explore/complete), training loss per adapter, training seconds, dev EM with its interval, dev F1, and
     for an iteration its EM difference from M0 with the paired test's p-value; NO_INTERVAL after
     the cells where the dev set is too small for an interval."""
     it = m.get("iteration")
@@ -88,10 +88,10 @@ def table_row(m: dict[str, Any]) -> str:
     if it == "base":
         cells = ["base", "-", "-", "-", "-", "-", "-"]
     elif it == 0:
-        recs = sft
+        recs = m.get("sft_records_per_adapter") or sft
         tr = next(iter(train.values()), {}) if len(train) == 1 else None
         loss = _fmt(tr.get("loss")) if tr else "/".join(_fmt(t.get("loss")) for t in train.values())
-        cells = ["0", "gold", "-", "-", f"{recs.get('explore', 0) + recs.get('answer', 0)}/{recs.get('complete', 0)}",
+        cells = ["0", "gold", "-", "-", "/".join(str(v) for v in recs.values()),
                  loss, _fmt(m.get("seconds", {}).get("train"), 0)]
     else:
         fa = bt.get("fa_by_role") or {}
@@ -101,7 +101,7 @@ def table_row(m: dict[str, Any]) -> str:
             str(it),
             f"{roll.get('correct', 0)}/{roll.get('questions', 0)}",
             _fmt(bt.get("fa_ratio")),
-            "/".join(_fmt(fa.get(k), 2) for k in ("explore", "complete", "answer")),
+            "/".join(_fmt(v, 2) for v in fa.values()),  # the method's record kinds, in its order
             "/".join(str(v) for v in vals),
             "/".join(losses),
             _fmt(m.get("seconds", {}).get("train"), 0),

@@ -87,6 +87,7 @@ class Bootstrap:
             "model": "M0 (bootstrapped)",
             "gold": gold,
             "sft_records": {k: len(v) for k, v in records.items()},
+            "sft_records_per_adapter": {a: len(r) for a, r in self._records_per_adapter(records).items()},
             "train": train_info,
             "eval": ev,
             # M0 against the raw base on the dev questions (None where the base was not evaluated)
