@@ -62,8 +62,21 @@ def test_star_and_paper_configs_load():
     assert paper.generator.backend == "vllm" and "Llama-3" in paper.generator.model
     assert paper.data.train_questions == 5000 and paper.strategy.passages == 5 and paper.retriever.backend == "bm25"
     assert paper.bootstrap.mode == "auto" and paper.fewshot_trained
-    assert sorted(paper.grid) == ["train.epochs", "train.gradient_accumulation_steps", "train.learning_rate"]
+    assert sorted(paper.grid) == ["train.effective_batch_size", "train.epochs", "train.learning_rate"]
     assert paper.grid["train.learning_rate"] == [1e-5, 5e-5, 1e-4, 3e-4]
+    assert paper.grid["train.effective_batch_size"] == [32, 64, 128]
+    assert paper.train.effective_batch_size == paper.bootstrap.train.effective_batch_size == 32
+
+
+def test_paper_grid_keeps_its_effective_batch_on_any_gpu_count_that_divides_it():
+    paper = load_config(SelfTrainConfig, CONFIGS / "selftrain_paper_gpu.yaml")
+    for processes in (1, 2, 4):
+        paper._check_batches(processes)  # every grid point divides
+    with pytest.raises(ValueError, match=r"train \(grid point \{'effective_batch_size': 32\}\): effective_batch_size 32 "
+                                         r"is not a multiple of per_device_batch_size 8 x 8 processes = 64"):
+        paper._check_batches(8)
+    paper.train.per_device_batch_size = paper.bootstrap.train.per_device_batch_size = 4
+    paper._check_batches(8)
 
 
 def test_config_typo_and_wrong_type_name_the_key_and_the_file(tmp_path, capsys):
@@ -90,8 +103,8 @@ def test_grid_points_expand_into_runs():
     cfg = load_config(SelfTrainConfig, CONFIGS / "selftrain_paper_gpu.yaml")
     points = recipe.grid_points(cfg.grid)
     assert len(points) == 3 * 3 * 4
-    assert points[0] == {"train.epochs": 1, "train.gradient_accumulation_steps": 4, "train.learning_rate": 1e-5}
-    assert recipe.point_name(points[0]) == "epochs1_gradient_accumulation_steps4_learning_rate1e-05"
+    assert points[0] == {"train.epochs": 1, "train.effective_batch_size": 32, "train.learning_rate": 1e-5}
+    assert recipe.point_name(points[0]) == "epochs1_effective_batch_size32_learning_rate1e-05"
 
 
 # -- the loop -----------------------------------------------------------------------------------------

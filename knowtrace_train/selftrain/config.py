@@ -8,6 +8,7 @@ SmolLM2-135M on CPU, BM25, the bootstrap and 2 iterations sized to finish in min
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ from knowtrace_train.generation import GeneratorConfig
 from knowtrace_train.methods import StrategyConfig, get_method
 from knowtrace_train.methods.knowtrace import KnowTraceConfig, MaxNewTokensConfig
 from knowtrace_train.retrieval import RetrieverConfig
+from knowtrace_train.train.config import gradient_accumulation_for, launched_processes
 from knowtrace_train.train.lora import LoraTrainConfig
 
 BOOTSTRAP_MODES = ("auto", "always", "never")
@@ -168,6 +170,7 @@ class SelfTrainConfig:
             _check_dotted(self, key, "grid")
             if not isinstance(values, list) or not values:
                 raise ValueError(f"grid.{key} must be a non-empty list of values")
+        self._check_batches(launched_processes())
         if self.generator.adapters:
             raise ValueError("generator.adapters must be empty: the loop sets each iteration's adapters itself")
         get_method(self.strategy.name).validate_for_training(self.strategy)
@@ -176,6 +179,20 @@ class SelfTrainConfig:
                 raise ValueError(f"data.{name}: no such file {getattr(self.data, name)!r}")
         if self.data.corpus.source == "file" and not Path(self.data.corpus.path or "").is_file():
             raise ValueError(f"data.corpus.path: no such file {self.data.corpus.path!r}")
+
+    def _check_batches(self, processes: int) -> None:
+        """Every training section, at every grid point that changes its batch settings, must divide its
+        effective batch among `processes` (checked before any work, not at the grid point that fails)."""
+        names = ("effective_batch_size", "per_device_batch_size", "gradient_accumulation_steps")
+        for where, tc in (("train", self.train), ("bootstrap.train", self.bootstrap.train)):
+            keys = [k for k in self.grid if k.rpartition(".")[0] == where and k.rpartition(".")[2] in names]
+            for values in itertools.product(*(self.grid[k] for k in keys)):
+                changes = {k.rpartition(".")[2]: v for k, v in zip(keys, values)}
+                try:
+                    gradient_accumulation_for(dataclasses.replace(tc, **changes), processes)
+                except ValueError as e:
+                    at = f" (grid point {changes})" if changes else ""
+                    raise ValueError(f"{where}{at}: {e}") from None
 
 
 def _check_dotted(obj: Any, dotted: str, where: str) -> None:

@@ -391,6 +391,10 @@ class SelfTrain(Bootstrap):
             "tokens_per_second": res.tokens_per_second,
             "train_seconds": res.seconds,
             "seed": seed,
+            # the batch as trained: per-device batch x accumulation x processes
+            "effective_batch_size": res.effective_batch_size,
+            "gradient_accumulation_steps": res.gradient_accumulation_steps,
+            "processes": res.processes,
         }
 
     # -- summary ----------------------------------------------------------------------------------
