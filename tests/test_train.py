@@ -327,6 +327,23 @@ def test_the_training_record_holds_the_effective_batch_as_trained(tiny_model_dir
     assert info["config"]["effective_batch_size"] == 4
 
 
+def test_bench_train_flops_estimate_counts_the_linear_weights_and_knows_its_peaks(tiny_model_dir, real_tokenizer):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_train", REPO / "scripts" / "bench_train.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    # tiny model: 2 layers of q 64x64, k and v 64x32 (2 KV heads of 16), o 64x64, MLP 3 x 64x128; LM head tied
+    per_layer = 64 * 64 * 2 + 64 * 32 * 2 + 3 * 64 * 128
+    assert bench.matmul_params(tiny_model_dir) == 2 * per_layer + len(real_tokenizer) * 64
+    assert bench.flops_figures(1000, 2.0, 10**9)["tflops_6n"] == 6 * 10**9 * 1000 / 2.0 / 1e12
+    assert bench.peak_bf16_tflops("NVIDIA H100 80GB HBM3") == 989
+    assert bench.peak_bf16_tflops("NVIDIA H100 PCIe") == 756
+    assert bench.peak_bf16_tflops("NVIDIA H200") == 989
+    assert bench.peak_bf16_tflops("NVIDIA A100-SXM4-80GB") == 312
+    assert bench.peak_bf16_tflops("NVIDIA GeForce RTX 4090") is None
+
+
 # -- data-parallel under torchrun (two gloo processes) --------------------------------------------------------
 
 DDP_SCRIPT = """
