@@ -344,6 +344,37 @@ def test_bench_train_flops_estimate_counts_the_linear_weights_and_knows_its_peak
     assert bench.peak_bf16_tflops("NVIDIA GeForce RTX 4090") is None
 
 
+# -- QLoRA (GPU runs: tests/test_qlora_gpu.py) --------------------------------------------------------------------
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the error of machines without CUDA")
+def test_qlora_without_cuda_is_a_clear_error_before_any_work(tiny_model_dir, tmp_path):
+    from knowtrace_train.config import load_config
+    from knowtrace_train.selftrain.config import SelfTrainConfig
+
+    with pytest.raises(ValueError, match=r"qlora: true needs a CUDA GPU .*training runs on cpu"):
+        train_role(tiny_model_dir, _records(2), tmp_path / "a", LoraTrainConfig(qlora=True), role="complete")
+    assert not (tmp_path / "a").exists()
+    run = load_config(SelfTrainConfig, None, ["--train.qlora", "true"])
+    with pytest.raises(ValueError, match=r"^train: train.qlora: true needs a CUDA GPU"):
+        run.validate()
+
+
+def test_merging_refuses_a_quantized_base(tiny_model_dir, tmp_path, trained):
+    import shutil
+
+    from knowtrace_train.train.merge import merge_adapters_into_base
+
+    result, _, _ = trained
+    base = tmp_path / "base"
+    shutil.copytree(tiny_model_dir, base)
+    cfg = json.loads((base / "config.json").read_text())
+    (base / "config.json").write_text(json.dumps({**cfg, "quantization_config": {"load_in_4bit": True}}))
+    with pytest.raises(ValueError, match="quantized checkpoint: merge the adapter into the unquantized base"):
+        merge_adapters_into_base(base, result.adapter_dir, tmp_path / "merged")
+    assert not (tmp_path / "merged").exists()
+
+
 # -- data-parallel under torchrun (two gloo processes) --------------------------------------------------------
 
 DDP_SCRIPT = """

@@ -19,7 +19,8 @@ from knowtrace_train.methods import StrategyConfig, get_method
 from knowtrace_train.methods.knowtrace import KnowTraceConfig, MaxNewTokensConfig
 from knowtrace_train.retrieval import RetrieverConfig
 from knowtrace_train.train.config import gradient_accumulation_for, launched_processes
-from knowtrace_train.train.lora import LoraTrainConfig
+from knowtrace_train.train.lora import LoraTrainConfig, check_qlora
+from knowtrace_train.train.precision import training_device
 
 BOOTSTRAP_MODES = ("auto", "always", "never")
 ON_EMPTY = ("stop", "continue")
@@ -171,6 +172,12 @@ class SelfTrainConfig:
             if not isinstance(values, list) or not values:
                 raise ValueError(f"grid.{key} must be a non-empty list of values")
         self._check_batches(launched_processes())
+        for where, tc in (("train", self.train), ("bootstrap.train", self.bootstrap.train)):
+            if tc.qlora:
+                try:
+                    check_qlora(training_device())
+                except (ValueError, ImportError) as e:
+                    raise ValueError(f"{where}: {e}") from None
         if self.generator.adapters:
             raise ValueError("generator.adapters must be empty: the loop sets each iteration's adapters itself")
         get_method(self.strategy.name).validate_for_training(self.strategy)

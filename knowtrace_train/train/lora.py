@@ -198,15 +198,9 @@ def _load_base(base_model_path: Path, precision: str, config: LoraTrainConfig, d
     if config.qlora:
         check_qlora(device)
         from accelerate import PartialState
-        from transformers import BitsAndBytesConfig
 
         compute = torch.bfloat16 if precision == "bf16" else torch.float16
-        kwargs["quantization_config"] = BitsAndBytesConfig(
-            load_in_4bit=True,
-            bnb_4bit_quant_type="nf4",
-            bnb_4bit_use_double_quant=True,
-            bnb_4bit_compute_dtype=compute,
-        )
+        kwargs["quantization_config"] = nf4_config(compute)
         kwargs["dtype"] = compute
         kwargs["device_map"] = {"": PartialState().local_process_index}
     else:
@@ -230,6 +224,18 @@ def check_qlora(device: str) -> None:
 
     if importlib.util.find_spec("bitsandbytes") is None:
         raise ImportError("train.qlora: true needs bitsandbytes: pip install 'knowtrace-train[qlora]'")
+
+
+def nf4_config(compute_dtype):
+    """QLoRA's quantization of the base: 4-bit NF4 weights, double-quantized constants, `compute_dtype` matmuls."""
+    from transformers import BitsAndBytesConfig
+
+    return BitsAndBytesConfig(
+        load_in_4bit=True,
+        bnb_4bit_quant_type="nf4",
+        bnb_4bit_use_double_quant=True,
+        bnb_4bit_compute_dtype=compute_dtype,
+    )
 
 
 def lora_config(config: LoraTrainConfig):
