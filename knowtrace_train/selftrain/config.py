@@ -30,7 +30,8 @@ ON_EMPTY = ("stop", "continue")
 class DataConfig:
     """Which questions: rollouts on `train_questions` train questions (the same ones every iteration,
     Algorithm 2's D), gold trajectories on the next `bootstrap.questions` of the shuffled train split
-    (disjoint from D), dev evaluation on `dev_questions` dev questions."""
+    (disjoint from D), dev evaluation on `dev_questions` dev questions, and, where `test` is set, the
+    final model (of the grid point chosen on dev) on `test_questions` held-out test questions."""
 
     train: str = "data/world/train.jsonl"
     dev: str = "data/world/dev.jsonl"
@@ -43,9 +44,13 @@ class DataConfig:
     dev_questions: int | None = 24
     #: seed of the shuffle that picks the train and dev questions
     seed: int = 0
+    #: held-out test split: after a grid, the point chosen on dev is evaluated here (selftrain/grid.py)
+    test: str | None = None
+    #: test questions: the first ones of `test` that the run did not use (None: all)
+    test_questions: int | None = None
 
     def __post_init__(self) -> None:
-        for name in ("train_questions", "dev_questions"):
+        for name in ("train_questions", "dev_questions", "test_questions"):
             v = getattr(self, name)
             if v is not None and v < 1:
                 raise ValueError(f"data.{name} must be >= 1 or null, got {v}")
@@ -181,8 +186,8 @@ class SelfTrainConfig:
         if self.generator.adapters:
             raise ValueError("generator.adapters must be empty: the loop sets each iteration's adapters itself")
         get_method(self.strategy.name).validate_for_training(self.strategy)
-        for name in ("train", "dev"):
-            if not Path(getattr(self.data, name)).is_file():
+        for name in ("train", "dev", "test"):
+            if getattr(self.data, name) is not None and not Path(getattr(self.data, name)).is_file():
                 raise ValueError(f"data.{name}: no such file {getattr(self.data, name)!r}")
         if self.data.corpus.source == "file" and not Path(self.data.corpus.path or "").is_file():
             raise ValueError(f"data.corpus.path: no such file {self.data.corpus.path!r}")

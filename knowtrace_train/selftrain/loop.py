@@ -52,7 +52,8 @@ from knowtrace_train.trajectory import read_trajectories
 log = logging.getLogger(__name__)
 
 #: Config keys a rerun may change without invalidating the run folder.
-RESUMABLE_CHANGES = ("name", "output_dir", "iterations", "threads", "generator.progress", "retriever.show_progress")
+RESUMABLE_CHANGES = ("name", "output_dir", "iterations", "threads", "generator.progress", "retriever.show_progress",
+                     "data.test", "data.test_questions")  # the test split is read after the run, never by it
 
 
 # -- question selection -----------------------------------------------------------------------------
