@@ -71,13 +71,14 @@ def test_star_and_paper_configs_load():
 
 def test_paper_grid_keeps_its_effective_batch_on_any_gpu_count_that_divides_it():
     paper = load_config(SelfTrainConfig, CONFIGS / "selftrain_paper_gpu.yaml")
-    for processes in (1, 2, 4):
+    for processes in (1, 2, 4, 8, 16):
         paper._check_batches(processes)  # every grid point divides
     with pytest.raises(ValueError, match=r"train \(grid point \{'effective_batch_size': 32\}\): effective_batch_size 32 "
-                                         r"is not a multiple of per_device_batch_size 8 x 8 processes = 64"):
+                                         r"is not a multiple of per_device_batch_size 2 x 3 processes = 6"):
+        paper._check_batches(3)
+    paper.train.per_device_batch_size = paper.bootstrap.train.per_device_batch_size = 8
+    with pytest.raises(ValueError, match=r"per_device_batch_size 8 x 8 processes = 64"):
         paper._check_batches(8)
-    paper.train.per_device_batch_size = paper.bootstrap.train.per_device_batch_size = 4
-    paper._check_batches(8)
 
 
 def test_config_typo_and_wrong_type_name_the_key_and_the_file(tmp_path, capsys):
