@@ -12,7 +12,8 @@ rerunning the same command continues a killed run at its first unfinished stage.
 printed is one JSON object: the run folder, dev EM of the raw base, of M0 and of every iteration,
 the FA ratio of every iteration and the seconds per phase. A config with a `grid` (the paper's
 search over epochs, batch size and learning rate) runs every combination in <run folder>/<point>
-and prints one such object per point.
+and prints one such object per point, then picks the point with the best final dev EM and, where
+data.test is set, evaluates its final model on the held-out test questions (grid.json in the run folder).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from knowtrace_train.config import (  # noqa: E402
 from knowtrace_train.report import headline, table_header, table_row  # noqa: E402
 from knowtrace_train.selftrain import SelfTrain  # noqa: E402
 from knowtrace_train.selftrain.config import SelfTrainConfig  # noqa: E402
+from knowtrace_train.selftrain.grid import GRID_FILE, evaluate_on_test, finish_grid  # noqa: E402
 
 
 def load(config_path: str | None, overrides: list[str]) -> SelfTrainConfig:
@@ -101,6 +103,9 @@ def run(config: SelfTrainConfig, args: RecipeArgs) -> int:
 def run_all(config: SelfTrainConfig, args: RecipeArgs) -> dict:
     if not config.grid:
         line = run_one(config, args.quiet)
+        if config.data.test and int(os.environ.get("RANK", "0")) == 0:
+            line["test"] = evaluate_on_test(config, Path(line["run_dir"]), Path(line["run_dir"]) / "test",
+                                            progress=not args.quiet)
     else:
         # the search grid: one run per combination, each in its own folder under the run folder
         root = Path(config.output_dir or Path("runs") / config.name)
@@ -109,7 +114,11 @@ def run_all(config: SelfTrainConfig, args: RecipeArgs) -> dict:
             extra = [f"--{k}={yaml_scalar(v)}" for k, v in point.items()]
             sub = load(args.config, [*args.overrides, *extra, "--grid={}", "--output_dir", str(root / point_name(point))])
             results.append({"point": point, **run_one(sub, args.quiet)})
-        line = {"run_dir": str(root), "points": results}
+        # the point chosen on dev, its final model on data.test (dev only without it), grid.json
+        line = {"run_dir": str(root), "points": results, **finish_grid(config, root, results, progress=not args.quiet)}
+        if int(os.environ.get("RANK", "0")) == 0:
+            test = f"test EM {line['test']['em']}" if line["test"] else "dev only (data.test is not set)"
+            print(f"chosen on dev: {line['chosen']} (dev EM {line['dev_em']}); {test}; {root / GRID_FILE}", flush=True)
     return line
 
 

@@ -7,12 +7,22 @@ Phases, each in its own process so peak memory is its own:
   noshare     TransformersGenerator with prefix sharing off
   batched     TransformersGenerator as configured by default (shared prefix, batching)
   vllm        VLLMGenerator, when vllm is importable here or --vllm-python names an interpreter with it
+  hf_cb       transformers' own continuous batching, model.generate_batch (paged KV cache, block-level prefix
+              sharing; only when named). It has no stop strings: run with --no-stop for equal work (else its
+              texts are cut at the stop string afterwards and it decodes past it). It takes no adapter per
+              request: with --adapters each role's requests are one generate_batch call with that role's
+              PEFT adapter active (a fresh manager per call, so no KV block is shared across adapters).
 Reports output tokens per second (wall clock, and per CPU second of the phase's own process, steadier
 on a shared machine), peak RSS, and the fraction of prompts whose text equals the
-reference's. The last line is JSON: reference_tok_s, batched_tok_s, ratio, identical (+ vllm_tok_s).
+reference's. The last line is JSON: reference_tok_s, batched_tok_s, ratio, identical (+ vllm_tok_s,
+hf_cb_tok_s, cb_ratio = batched / hf_cb, cb_agree = prompts whose hf_cb text equals batched's).
+
+--adapters gives every phase two random LoRA adapters (rank 8, all linear layers, seeded) and alternates
+the prompts between their roles (explore, complete), as KnowTrace's calls alternate.
 
   python scripts/bench_generation.py
   python scripts/bench_generation.py --vllm-python /work/venv-vllm/bin/python
+  python scripts/bench_generation.py --n 16 --max-new-tokens 32 --no-stop --adapters --phases reference,batched,hf_cb
 """
 
 from __future__ import annotations
@@ -34,13 +44,53 @@ sys.path[:0] = [str(HERE.parent), str(HERE)]
 from bench_prompts import exploration_prompts  # noqa: E402
 
 STOP = ("\n\nQuestion:",)
-PHASES = ("reference", "hf_batched", "noshare", "batched", "vllm")
+PHASES = ("reference", "hf_batched", "noshare", "batched", "vllm", "hf_cb")
+ROLES = ("explore", "complete")
 
 
 def peak_rss_mib() -> float:
     own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     return max(own, children) / 1024
+
+
+def stops(args) -> tuple[str, ...]:
+    return () if args.no_stop else STOP
+
+
+def roles(args, n: int) -> list[str]:
+    """The role of each prompt: alternating with --adapters, else all 'explore' (the plain model)."""
+    return [ROLES[i % len(ROLES)] if args.adapter_dir else "explore" for i in range(n)]
+
+
+def adapter_paths(args) -> dict[str, str]:
+    return {r: str(Path(args.adapter_dir) / r) for r in ROLES} if args.adapter_dir else {}
+
+
+def make_adapters(model: str, out: Path) -> None:
+    """Two random LoRA adapters (rank 8, all linear layers, seeded, B scaled to keep the text fluent-ish)."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    from knowtrace_train.generation import resolve_model
+
+    path = str(resolve_model(model))
+    for i, role in enumerate(ROLES):
+        torch.manual_seed(100 + i)
+        peft = get_peft_model(AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32),
+                              LoraConfig(r=8, lora_alpha=16, target_modules="all-linear", init_lora_weights=False))
+        with torch.no_grad():
+            for name, param in peft.named_parameters():
+                if "lora_B" in name:
+                    param.mul_(0.3)
+        peft.save_pretrained(str(out / role))
+
+
+def with_adapters(model, args):
+    from knowtrace_train.generation.hf import load_with_adapters
+
+    return load_with_adapters(model, adapter_paths(args)).eval() if args.adapter_dir else model
 
 
 def cut(text: str) -> str:
@@ -65,21 +115,21 @@ def phase_reference(args, prompts):
 
     path = str(resolve_model(args.model))
     tok = AutoTokenizer.from_pretrained(path)
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    model = with_adapters(AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval(), args)
+    stop = {"stop_strings": list(stops(args)), "tokenizer": tok} if stops(args) else {}
 
-    def run(prompt, n):
+    def run(prompt, n, role):
+        if args.adapter_dir:
+            model.set_adapter(role)
         enc = chat_ids(tok, prompt)
-        out = model.generate(
-            **enc, max_new_tokens=n, do_sample=False, stop_strings=list(STOP), tokenizer=tok,
-            pad_token_id=tok.pad_token_id,
-        )
+        out = model.generate(**enc, max_new_tokens=n, do_sample=False, pad_token_id=tok.pad_token_id, **stop)
         new = out[0, enc.input_ids.shape[1]:]
         return cut(tok.decode(new, skip_special_tokens=True)), int(new.shape[0])
 
     with torch.inference_mode():
-        run("Say hello.", 4)  # warm-up: builds the stop-string tables, loads kernels
+        run("Say hello.", 4, ROLES[0])  # warm-up: builds the stop-string tables, loads kernels
         t0, c0 = time.perf_counter(), time.process_time()
-        texts, tokens = zip(*(run(p, args.max_new_tokens) for p in prompts))
+        texts, tokens = zip(*(run(p, args.max_new_tokens, r) for p, r in zip(prompts, roles(args, len(prompts)))))
         seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
     return {"texts": list(texts), "output_tokens": sum(tokens), "seconds": seconds, "cpu_s": cpu}
 
@@ -125,13 +175,15 @@ def phase_hf_batched(args, prompts):
 def _run_generator(args, prompts, **overrides):
     from knowtrace_train.generation import GenerationRequest, GeneratorConfig, build_generator
 
-    cfg = GeneratorConfig(model=args.model, batch_size=args.batch_size, progress=False, **overrides)
+    cfg = GeneratorConfig(model=args.model, batch_size=args.batch_size, progress=False, adapters=adapter_paths(args),
+                          **overrides)
     t0 = time.perf_counter()
     gen = build_generator(cfg)
     start = time.perf_counter() - t0
-    gen.generate([GenerationRequest(prompt="Say hello.", max_new_tokens=4)])  # warm-up, no shared prefix
+    gen.generate([GenerationRequest(prompt="Say hello.", role=ROLES[0], max_new_tokens=4)])  # warm-up, no shared prefix
     reqs = [
-        GenerationRequest(prompt=p, role="explore", max_new_tokens=args.max_new_tokens, stop=STOP) for p in prompts
+        GenerationRequest(prompt=p, role=r, max_new_tokens=args.max_new_tokens, stop=stops(args))
+        for p, r in zip(prompts, roles(args, len(prompts)))
     ]
     t0, c0 = time.perf_counter(), time.process_time()
     out = gen.generate(reqs)
@@ -164,6 +216,54 @@ def phase_vllm(args, prompts):
     return _run_generator(args, prompts, backend="vllm", cpu_kvcache_gib=args.vllm_kv_gib)
 
 
+def phase_hf_cb(args, prompts):
+    """model.generate_batch: transformers' continuous batching, greedy, the same prompt token ids as ours, a KV
+    cache sized to the requests (on CPU the automatic sizing takes most of the free RAM), at most --batch-size
+    requests and --cb-batch-tokens tokens per forward pass (ours: --batch-size rows, 512-token prefill chunks)."""
+    import math
+
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
+    from transformers.generation.configuration_utils import ContinuousBatchingConfig
+
+    from knowtrace_train.generation import resolve_model
+    from knowtrace_train.train.lora import render_prompt_ids
+
+    path = str(resolve_model(args.model))
+    tok = AutoTokenizer.from_pretrained(path)
+    model = with_adapters(AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval(), args)
+    eos = sorted({e for e in ([model.generation_config.eos_token_id] if isinstance(model.generation_config.eos_token_id, int)
+                              else list(model.generation_config.eos_token_id or [])) + [tok.eos_token_id] if e is not None})
+    ids = [render_prompt_ids(tok, p, "chat") for p in prompts]
+    page = 256
+
+    def generate(batch: list[list[int]], n: int) -> list[list[int]]:
+        blocks = sum(math.ceil((len(x) + n) / page) for x in batch) + 2
+        cb = ContinuousBatchingConfig(page_size=page, num_blocks=blocks, max_batch_tokens=args.cb_batch_tokens,
+                                      max_requests_per_batch=args.batch_size)
+        gc = GenerationConfig(do_sample=False, max_new_tokens=n, eos_token_id=eos, pad_token_id=tok.pad_token_id)
+        out = model.generate_batch(batch, generation_config=gc, continuous_batching_config=cb, warmup=False)
+        assert len(out) == len(batch), f"generate_batch returned {len(out)} of {len(batch)} requests"
+        return [list(r.generated_tokens) for r in out.values()]  # in input order
+
+    groups: dict[str, list[int]] = {}
+    for i, r in enumerate(roles(args, len(prompts))):
+        groups.setdefault(r, []).append(i)
+    generated: list[list[int]] = [[] for _ in prompts]
+    with torch.inference_mode():
+        generate([ids[0][:16]], 4)  # warm-up
+        t0, c0 = time.perf_counter(), time.process_time()
+        for role, rows in groups.items():  # one call per adapter: generate_batch has no adapter per request
+            if args.adapter_dir:
+                model.set_adapter(role)
+            for i, toks in zip(rows, generate([ids[i] for i in rows], args.max_new_tokens)):
+                generated[i] = toks
+        seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
+    texts = [cut(tok.decode(t, skip_special_tokens=True)) for t in generated]
+    return {"texts": texts, "output_tokens": sum(len(t) for t in generated), "seconds": seconds, "cpu_s": cpu,
+            "calls": len(groups)}
+
+
 def run_phase_in_child(name: str, python: str, args) -> dict | None:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "result.json"
@@ -171,7 +271,9 @@ def run_phase_in_child(name: str, python: str, args) -> dict | None:
             python, str(Path(__file__).resolve()), "--phase", name, "--phase-out", str(out),
             "--n", str(args.n), "--max-new-tokens", str(args.max_new_tokens),
             "--batch-size", str(args.batch_size), "--model", args.model, "--vllm-kv-gib", str(args.vllm_kv_gib),
-        ] + (["--threads", str(args.threads)] if args.threads else [])
+            "--cb-batch-tokens", str(args.cb_batch_tokens),
+        ] + (["--threads", str(args.threads)] if args.threads else []) + (["--no-stop"] if args.no_stop else []) + (
+            ["--adapter-dir", args.adapter_dir] if args.adapter_dir else [])
         print(f"== {name} ({python})", flush=True)
         env = dict(os.environ)
         if args.omp_passive:
@@ -212,6 +314,12 @@ def main() -> None:
         help="leave OMP_WAIT_POLICY alone (by default phases run with PASSIVE unless it is set)",
     )
     ap.add_argument("--out", default=None, help="also write the full results (texts included) as JSON here")
+    ap.add_argument("--no-stop", action="store_true",
+                    help="no stop strings in any phase (eos and max-new-tokens end a request): equal work for hf_cb")
+    ap.add_argument("--adapters", action="store_true",
+                    help="two random LoRA adapters, prompts alternating between their roles, in every phase")
+    ap.add_argument("--cb-batch-tokens", type=int, default=512, help="hf_cb: tokens per forward pass at most")
+    ap.add_argument("--adapter-dir", help=argparse.SUPPRESS)
     ap.add_argument("--phase", choices=PHASES, help=argparse.SUPPRESS)
     ap.add_argument("--phase-out", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -231,9 +339,15 @@ def main() -> None:
 
     print(f"{len(prompts)} exploration prompts, greedy, max_new_tokens={args.max_new_tokens}, "
           f"batch_size={args.batch_size}, torch threads={args.threads or torch.get_num_threads()}, model={args.model}, "
-          f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'PASSIVE' if args.omp_passive else 'unset')}")
+          f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'PASSIVE' if args.omp_passive else 'unset')}, "
+          f"stop strings {'off' if args.no_stop else 'on'}, adapters {'2 (alternating roles)' if args.adapters else 'none'}")
+    load = {"before": os.getloadavg()[0]}
     wanted = [p.strip() for p in args.phases.split(",") if p.strip()]
     results: dict[str, dict] = {}
+    adapters_tmp = tempfile.TemporaryDirectory() if args.adapters else None
+    if adapters_tmp is not None:
+        make_adapters(args.model, Path(adapters_tmp.name))
+        args.adapter_dir = adapters_tmp.name
     for name in wanted:
         python = sys.executable
         if name == "vllm":
@@ -244,6 +358,7 @@ def main() -> None:
         r = run_phase_in_child(name, python, args)
         if r is not None:
             results[name] = r
+    load["after"] = os.getloadavg()[0]
 
     ref = results.get("reference")
     print(f"\n{'phase':<11} {'tok/s':>8} {'tok/cpu-s':>9} {'tokens':>7} {'seconds':>8} {'peak MiB':>9} {'identical':>9}")
@@ -262,8 +377,18 @@ def main() -> None:
             print(f"{name} stats: {results[name]['stats']}")
         if name in results and "start_s" in results[name]:
             print(f"{name} start: {results[name]['start_s']:.1f} s, finish reasons {results[name]['finish_reasons']}")
+    cb, ours = results.get("hf_cb"), results.get("batched")
+    if cb is not None and ours is not None:
+        cb["agree"] = sum(a == b for a, b in zip(cb["texts"], ours["texts"]))
+        print(f"hf_cb (model.generate_batch, {cb['calls']} call(s)) vs batched (ours): {cb['tok_s']:.1f} vs "
+              f"{ours['tok_s']:.1f} tok/s, ours {ours['tok_s'] / cb['tok_s']:.2f}x; outputs equal on {cb['agree']} of "
+              f"{len(ours['texts'])} prompts" + ("" if args.no_stop else " (hf_cb decodes past the stop strings)"))
+    print(f"load average {load['before']:.2f} before, {load['after']:.2f} after ({os.cpu_count()} cores; above that, "
+          "other jobs shared the machine)")
     if args.out:
         Path(args.out).write_text(json.dumps(results, indent=1))
+    if adapters_tmp is not None:
+        adapters_tmp.cleanup()
 
     summary: dict[str, float] = {}
     if ref is not None:
@@ -277,6 +402,12 @@ def main() -> None:
         summary["noshare_tok_s"] = round(results["noshare"]["tok_s"], 2)
     if "hf_batched" in results:
         summary["hf_batched_tok_s"] = round(results["hf_batched"]["tok_s"], 2)
+    if cb is not None:
+        summary["hf_cb_tok_s"] = round(cb["tok_s"], 2)
+        if ours is not None:
+            summary["cb_ratio"] = round(ours["tok_s"] / cb["tok_s"], 2)
+            summary["cb_agree"] = cb["agree"]
+    summary["load_average"] = [round(load["before"], 2), round(load["after"], 2)]
     if "vllm" in results:
         summary["vllm_tok_s"] = round(results["vllm"]["tok_s"], 2)
         if ref is not None:

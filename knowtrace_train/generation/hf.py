@@ -26,6 +26,7 @@ from tqdm.auto import tqdm
 
 from knowtrace_train.generation.base import Completion, GenerationError, GenerationRequest, GeneratorBase, free_memory, request_seed
 from knowtrace_train.generation.config import GeneratorConfig
+from knowtrace_train.generation.devices import local_rank, process_device
 from knowtrace_train.generation.models import resolve_model
 from knowtrace_train.generation.prefix import (
     KVBuffers,
@@ -66,9 +67,9 @@ class _Batch:
 
 
 def pick_device(device: str) -> torch.device:
-    if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(device)
+    """The configured device for this process: under a launcher each process gets its own GPU (`devices.py`)."""
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    return torch.device(process_device(device, count, local_rank()))
 
 
 def pick_dtype(dtype: str, device: torch.device) -> torch.dtype:

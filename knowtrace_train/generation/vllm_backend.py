@@ -15,6 +15,7 @@ from typing import Sequence
 
 from knowtrace_train.generation.base import Completion, GenerationError, GenerationRequest, GeneratorBase, free_memory, request_seed
 from knowtrace_train.generation.config import GeneratorConfig
+from knowtrace_train.generation.devices import engine_visible_devices, local_rank, process_device, visible_devices
 from knowtrace_train.generation.hf import check_adapter_dir
 from knowtrace_train.generation.models import resolve_model
 from knowtrace_train.generation.prepare import PromptPreparer, RoleAdapters
@@ -80,15 +81,39 @@ class VLLMGenerator(GeneratorBase):
             kwargs["gpu_memory_utilization"] = config.gpu_memory_utilization
         if adapters:
             kwargs.update(enable_lora=True, max_lora_rank=config.max_lora_rank, max_loras=len(adapters))
-        log.info("starting vLLM on %s (%s)", path, "GPU" if on_gpu else "CPU")
+        pin = self._engine_gpu(config.device) if on_gpu else None
+        log.info("starting vLLM on %s (%s)", path, f"GPU {pin}" if pin else "GPU" if on_gpu else "CPU")
         #: a torch.distributed process group that exists before the engine (torchrun: the run's own)
         #: is not the engine's to destroy at close
         self._had_process_group = _process_group_started()
-        self.llm = LLM(**kwargs)
+        with visible_devices(pin):
+            self.llm = LLM(**kwargs)
         self.lora = {
             role: LoRARequest(lora_name=role, lora_int_id=i + 1, lora_path=str(p))
             for i, (role, p) in enumerate(adapters.items())
         }
+
+    @staticmethod
+    def _engine_gpu(device: str) -> str | None:
+        """The GPU (CUDA_VISIBLE_DEVICES entry) the engine process must see, where this process has its own:
+        under a launcher each process's engine goes on cuda:LOCAL_RANK, as its trainer does, not all on the
+        first GPU. vLLM places its worker on the first GPU it sees, so the engine process is started seeing
+        only this one; that needs the engine in its own process (vLLM's default)."""
+        import torch
+
+        count = torch.cuda.device_count()
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        pin = engine_visible_devices(process_device(device, count, local_rank()), visible, count)
+        first = engine_visible_devices("cuda:0", visible, count)
+        if pin is None or pin == first:
+            return None  # the engine's default GPU is this process's already
+        if os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING", "1") == "0":
+            raise GenerationError(
+                f"this process's GPU is {pin} (device {device!r}, LOCAL_RANK {local_rank()}), but with "
+                "VLLM_ENABLE_V1_MULTIPROCESSING=0 the vLLM engine runs in this process and takes the first GPU; "
+                "unset it so the engine starts in its own process on this process's GPU"
+            )
+        return pin
 
     @staticmethod
     def _on_gpu(device: str) -> bool:

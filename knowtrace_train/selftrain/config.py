@@ -8,6 +8,7 @@ SmolLM2-135M on CPU, BM25, the bootstrap and 2 iterations sized to finish in min
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,9 @@ from knowtrace_train.generation import GeneratorConfig
 from knowtrace_train.methods import StrategyConfig, get_method
 from knowtrace_train.methods.knowtrace import KnowTraceConfig, MaxNewTokensConfig
 from knowtrace_train.retrieval import RetrieverConfig
-from knowtrace_train.train.lora import LoraTrainConfig
+from knowtrace_train.train.config import gradient_accumulation_for, launched_processes
+from knowtrace_train.train.lora import LoraTrainConfig, check_qlora
+from knowtrace_train.train.precision import training_device
 
 BOOTSTRAP_MODES = ("auto", "always", "never")
 #: The section of a run folder's config.yaml that records the launch (not a SelfTrainConfig key).
@@ -29,7 +32,8 @@ ON_EMPTY = ("stop", "continue")
 class DataConfig:
     """Which questions: rollouts on `train_questions` train questions (the same ones every iteration,
     Algorithm 2's D), gold trajectories on the next `bootstrap.questions` of the shuffled train split
-    (disjoint from D), dev evaluation on `dev_questions` dev questions."""
+    (disjoint from D), dev evaluation on `dev_questions` dev questions, and, where `test` is set, the
+    final model (of the grid point chosen on dev) on `test_questions` held-out test questions."""
 
     train: str = field(
         default="data/world/train.jsonl", metadata={"help": "train split file (rollout and bootstrap questions)"}
@@ -45,9 +49,15 @@ class DataConfig:
         default=24, metadata={"help": "dev questions evaluated after every stage that makes a model (None: all)"}
     )
     seed: int = field(default=0, metadata={"help": "seed of the shuffle that picks the train and dev questions"})
+    test: str | None = field(
+        default=None, metadata={"help": "held-out test split: after a grid, the point chosen on dev is evaluated here"}
+    )
+    test_questions: int | None = field(
+        default=None, metadata={"help": "test questions: the first ones of `test` that the run did not use (None: all)"}
+    )
 
     def __post_init__(self) -> None:
-        for name in ("train_questions", "dev_questions"):
+        for name in ("train_questions", "dev_questions", "test_questions"):
             v = getattr(self, name)
             if v is not None and v < 1:
                 raise ValueError(f"data.{name} must be >= 1 or null, got {v}")
@@ -183,14 +193,35 @@ class SelfTrainConfig:
             _check_dotted(self, key, "grid")
             if not isinstance(values, list) or not values:
                 raise ValueError(f"grid.{key} must be a non-empty list of values")
+        self._check_batches(launched_processes())
+        for where, tc in (("train", self.train), ("bootstrap.train", self.bootstrap.train)):
+            if tc.qlora:
+                try:
+                    check_qlora(training_device())
+                except (ValueError, ImportError) as e:
+                    raise ValueError(f"{where}: {e}") from None
         if self.generator.adapters:
             raise ValueError("generator.adapters must be empty: the loop sets each iteration's adapters itself")
         get_method(self.strategy.name).validate_for_training(self.strategy)
-        for name in ("train", "dev"):
-            if not Path(getattr(self.data, name)).is_file():
+        for name in ("train", "dev", "test"):
+            if getattr(self.data, name) is not None and not Path(getattr(self.data, name)).is_file():
                 raise ValueError(f"data.{name}: no such file {getattr(self.data, name)!r}")
         if self.data.corpus.source == "file" and not Path(self.data.corpus.path or "").is_file():
             raise ValueError(f"data.corpus.path: no such file {self.data.corpus.path!r}")
+
+    def _check_batches(self, processes: int) -> None:
+        """Every training section, at every grid point that changes its batch settings, must divide its
+        effective batch among `processes` (checked before any work, not at the grid point that fails)."""
+        names = ("effective_batch_size", "per_device_batch_size", "gradient_accumulation_steps")
+        for where, tc in (("train", self.train), ("bootstrap.train", self.bootstrap.train)):
+            keys = [k for k in self.grid if k.rpartition(".")[0] == where and k.rpartition(".")[2] in names]
+            for values in itertools.product(*(self.grid[k] for k in keys)):
+                changes = {k.rpartition(".")[2]: v for k, v in zip(keys, values)}
+                try:
+                    gradient_accumulation_for(dataclasses.replace(tc, **changes), processes)
+                except ValueError as e:
+                    at = f" (grid point {changes})" if changes else ""
+                    raise ValueError(f"{where}{at}: {e}") from None
 
 
 def _check_dotted(obj: Any, dotted: str, where: str) -> None:

@@ -55,7 +55,8 @@ from knowtrace_train.trajectory import read_trajectories
 log = logging.getLogger(__name__)
 
 #: Config keys a rerun may change without invalidating the run folder.
-RESUMABLE_CHANGES = ("name", "output_dir", "iterations", "threads", "generator.progress", "retriever.show_progress")
+RESUMABLE_CHANGES = ("name", "output_dir", "iterations", "threads", "generator.progress", "retriever.show_progress",
+                     "data.test", "data.test_questions")  # the test split is read after the run, never by it
 
 
 # -- question selection -----------------------------------------------------------------------------
@@ -421,6 +422,10 @@ class SelfTrain(Bootstrap):
             "tokens_per_second": res.tokens_per_second,
             "train_seconds": res.seconds,
             "seed": seed,
+            # the batch as trained: per-device batch x accumulation x processes
+            "effective_batch_size": res.effective_batch_size,
+            "gradient_accumulation_steps": res.gradient_accumulation_steps,
+            "processes": res.processes,
         }
 
     # -- summary ----------------------------------------------------------------------------------

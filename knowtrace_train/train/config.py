@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field, fields
 from typing import Any, Mapping
 
@@ -31,6 +32,10 @@ class LoraTrainConfig:
     )
     gradient_accumulation_steps: int = field(
         default=1, metadata={"help": "Forward passes per optimizer step (effective batch = this x batch x processes)."}
+    )
+    effective_batch_size: int | None = field(
+        default=None,
+        metadata={"help": "Records per optimizer step over all processes; when set, the accumulation is derived from it."},
     )
     max_length: int = field(
         default=1024,
@@ -69,6 +74,10 @@ class LoraTrainConfig:
         for name in ("rank", "alpha", "per_device_batch_size", "gradient_accumulation_steps", "max_length"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 raise bad(name, "must be a positive integer")
+        if self.effective_batch_size is not None and (
+            not isinstance(self.effective_batch_size, int) or self.effective_batch_size < 1
+        ):
+            raise bad("effective_batch_size", "must be a positive integer or null")
         if not 0.0 <= self.dropout < 1.0:
             raise bad("dropout", "must be in [0, 1)")
         if self.epochs <= 0:
@@ -96,3 +105,24 @@ class LoraTrainConfig:
         if unknown:
             raise ValueError(f"{where}: unknown LoRA training field(s) {unknown}; known: {sorted(known)}")
         return cls(**dict(d))
+
+
+def gradient_accumulation_for(config: LoraTrainConfig, processes: int) -> int:
+    """Forward passes per optimizer step for `processes` data-parallel processes: `gradient_accumulation_steps`,
+    or, where `effective_batch_size` is set, effective_batch_size / (per_device_batch_size x processes), so the
+    effective batch stays what the config names whatever the process count. A remainder raises naming the numbers."""
+    if config.effective_batch_size is None:
+        return config.gradient_accumulation_steps
+    per_pass = config.per_device_batch_size * processes
+    if config.effective_batch_size % per_pass:
+        raise ValueError(
+            f"effective_batch_size {config.effective_batch_size} is not a multiple of per_device_batch_size "
+            f"{config.per_device_batch_size} x {processes} processes = {per_pass} records per forward pass; "
+            "change one of the three"
+        )
+    return config.effective_batch_size // per_pass
+
+
+def launched_processes() -> int:
+    """Data-parallel processes of this launch (WORLD_SIZE of torchrun / accelerate launch; 1 when not launched)."""
+    return int(os.environ.get("WORLD_SIZE", "1"))

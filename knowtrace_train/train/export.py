@@ -16,6 +16,12 @@ Writes::
 The check: on each sample prompt, greedy decoding of the merged model must give the same tokens as M0 with
 the adapter. Merging changes float rounding only, so a divergence is accepted only at a near tie (the
 adapter model's top-two logits closer than `tie_tolerance`); any other divergence raises `ExportCheckError`.
+
+An adapter trained with `qlora: true` learnt on the 4-bit NF4 base, but is merged, as PEFT users expect, onto
+the unquantized M0 (no quantization is ever loaded here). The merged model therefore differs from the model
+that was trained by the base's quantization error: export.json states it per role (`qlora_gap`: max and mean
+|logit difference| and top-1 agreement, adapter on the 4-bit base vs merged model in bf16, on the sample
+prompts), measured where CUDA and bitsandbytes are present and marked as not measured elsewhere.
 """
 
 from __future__ import annotations
@@ -73,6 +79,8 @@ class RoleExport:
     adapter_copy: str
     prompt_format: str
     checks: list[PromptCheck] = field(default_factory=list)
+    #: for a QLoRA-trained adapter: the merged model against the adapter on the 4-bit base (`quantized_logit_gap`)
+    qlora_gap: dict[str, Any] | None = None
 
     @property
     def identical(self) -> bool:
@@ -214,6 +222,78 @@ def check_merged_matches_adapter(
     return checks
 
 
+def load_nf4_with_adapter(base_path: Path, adapter_dir: Path | None = None):
+    """The base in 4-bit NF4 with bf16 compute, as `train.qlora` trains on it, with the adapter on top where given
+    (CUDA and bitsandbytes only)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from knowtrace_train.train.lora import check_qlora, nf4_config
+
+    check_qlora("cuda" if torch.cuda.is_available() else "cpu")
+    model = AutoModelForCausalLM.from_pretrained(
+        str(base_path), quantization_config=nf4_config(torch.bfloat16), dtype=torch.bfloat16, device_map={"": 0}
+    )
+    if adapter_dir is not None:
+        from peft import PeftModel
+
+        model = PeftModel.from_pretrained(model, str(adapter_dir))
+    return model.eval()
+
+
+def logit_gap(model_a, model_b, prompt_ids: Sequence[list[int]]) -> dict[str, float]:
+    """Teacher-forced on every position of each prompt: max and mean |logit difference| (float32) and the
+    fraction of positions whose top-1 token is the same in both models."""
+    import torch
+
+    worst, total, count, agree = 0.0, 0.0, 0, 0
+    with torch.no_grad():
+        for ids in prompt_ids:
+            a = model_a(input_ids=torch.tensor([ids], device=model_a.device)).logits[0].float().cpu()
+            b = model_b(input_ids=torch.tensor([ids], device=model_b.device)).logits[0].float().cpu()
+            diff = (a - b).abs()
+            worst = max(worst, float(diff.max()))
+            total += float(diff.mean(dim=-1).sum())
+            count += len(ids)
+            agree += int((a.argmax(-1) == b.argmax(-1)).sum())
+    return {"max_abs": worst, "mean_abs": total / count if count else 0.0,
+            "top1_agreement": agree / count if count else 1.0, "positions": count}
+
+
+def quantized_logit_gap(base_path: Path, adapter_dir: Path, merged_dir: Path, prompt_ids: Sequence[list[int]]):
+    """How far the merged model (unquantized base + adapter, loaded in bf16) is from the model QLoRA trained
+    (the adapter on the 4-bit NF4 base): `logit_gap` of the two. CUDA and bitsandbytes only."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    trained = load_nf4_with_adapter(base_path, adapter_dir)
+    merged = AutoModelForCausalLM.from_pretrained(str(merged_dir), dtype=torch.bfloat16).to("cuda").eval()
+    try:
+        return logit_gap(trained, merged, prompt_ids)
+    finally:
+        del trained, merged
+        torch.cuda.empty_cache()
+
+
+def _qlora_gap(base: Path, adapter_dir: Path, merged_dir: Path, prompts: Sequence[Any], prompt_format: str):
+    """`quantized_logit_gap` for export.json where it can be measured, else why it was not."""
+    import importlib.util
+
+    import torch
+    from transformers import AutoTokenizer
+
+    if not torch.cuda.is_available() or importlib.util.find_spec("bitsandbytes") is None:
+        logger.warning("%s was trained with qlora; its gap to the merged model needs CUDA and bitsandbytes "
+                       "to measure: not measured", adapter_dir)
+        return {"measured": False, "why": "needs CUDA and bitsandbytes"}
+    tokenizer = AutoTokenizer.from_pretrained(str(merged_dir))
+    ids = [render_prompt_ids(tokenizer, p, prompt_format) for p in prompts]
+    gap = quantized_logit_gap(base, adapter_dir, merged_dir, ids)
+    logger.info("%s: merged (bf16) vs adapter on the 4-bit base: max |logit diff| %.3g, mean %.3g, top-1 agreement %.3f",
+                merged_dir, gap["max_abs"], gap["mean_abs"], gap["top1_agreement"])
+    return {"measured": True, **gap}
+
+
 def _copy_dir(src: Path, dst: Path) -> None:
     with atomic_dir(dst) as tmp:
         shutil.copytree(src, tmp, dirs_exist_ok=True)
@@ -252,14 +332,17 @@ def export_run(
         merged_dir = out_dir / role
         logger.info("iteration %d, role %s: merging %s into %s", iteration, role, adapter_dir, base)
         merge_adapters_into_base(base, adapter_dir, merged_dir)
+        prompts = sample_prompts(iter_dir, role, n_prompts)
         checks = check_merged_matches_adapter(
-            base, adapter_dir, merged_dir, sample_prompts(iter_dir, role, n_prompts), prompt_format,
+            base, adapter_dir, merged_dir, prompts, prompt_format,
             max_new_tokens=max_new_tokens, tie_tolerance=tie_tolerance,
         )
+        qlora = (read_training_info(adapter_dir).get("config") or {}).get("qlora", False)
+        gap = _qlora_gap(base, adapter_dir, merged_dir, prompts, prompt_format) if qlora else None
         copy = out_dir / "adapters" / role
         _copy_dir(adapter_dir, copy)
         exports.append(
-            RoleExport(role, str(base), str(adapter_dir), str(merged_dir), str(copy), prompt_format, checks)
+            RoleExport(role, str(base), str(adapter_dir), str(merged_dir), str(copy), prompt_format, checks, gap)
         )
     write_json(
         out_dir / "export.json",

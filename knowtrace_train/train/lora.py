@@ -10,9 +10,9 @@ nccl on GPUs); only the main process writes the adapter.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
-import os
 import tempfile
 import time
 from dataclasses import asdict, dataclass
@@ -21,7 +21,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from knowtrace_train.generation.prepare import PROMPT_FORMATS
 from knowtrace_train.io import atomic_dir, iter_jsonl, write_json
-from knowtrace_train.train.config import LoraTrainConfig
+from knowtrace_train.train.config import LoraTrainConfig, gradient_accumulation_for, launched_processes
 from knowtrace_train.train.precision import resolve_precision, training_device
 
 logger = logging.getLogger(__name__)
@@ -52,6 +52,10 @@ class TrainResult:
     #: the logged training losses, one per `logging_steps`
     losses: tuple[float, ...] = ()
     precision: str = "fp32"
+    #: records per optimizer step as trained: per-device batch x accumulation x processes
+    effective_batch_size: int = 0
+    gradient_accumulation_steps: int = 0
+    processes: int = 1
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -192,22 +196,11 @@ def _load_base(base_model_path: Path, precision: str, config: LoraTrainConfig, d
         )
     }
     if config.qlora:
-        if device != "cuda":
-            raise ValueError("qlora needs a CUDA GPU (bitsandbytes 4-bit); set qlora: false on CPUs")
-        try:
-            import bitsandbytes  # noqa: F401
-        except ImportError as e:
-            raise ImportError("qlora needs bitsandbytes: pip install 'knowtrace-train[qlora]'") from e
+        check_qlora(device)
         from accelerate import PartialState
-        from transformers import BitsAndBytesConfig
 
         compute = torch.bfloat16 if precision == "bf16" else torch.float16
-        kwargs["quantization_config"] = BitsAndBytesConfig(
-            load_in_4bit=True,
-            bnb_4bit_quant_type="nf4",
-            bnb_4bit_use_double_quant=True,
-            bnb_4bit_compute_dtype=compute,
-        )
+        kwargs["quantization_config"] = nf4_config(compute)
         kwargs["dtype"] = compute
         kwargs["device_map"] = {"": PartialState().local_process_index}
     else:
@@ -220,6 +213,29 @@ def _load_base(base_model_path: Path, precision: str, config: LoraTrainConfig, d
 
         model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=config.gradient_checkpointing)
     return model
+
+
+def check_qlora(device: str) -> None:
+    """QLoRA's 4-bit NF4 base needs a CUDA GPU and bitsandbytes: raise naming what is missing (before any work)."""
+    if device != "cuda":
+        raise ValueError(f"train.qlora: true needs a CUDA GPU (bitsandbytes 4-bit NF4), but training runs on {device}; "
+                         "set qlora: false on CPUs")
+    import importlib.util
+
+    if importlib.util.find_spec("bitsandbytes") is None:
+        raise ImportError("train.qlora: true needs bitsandbytes: pip install 'knowtrace-train[qlora]'")
+
+
+def nf4_config(compute_dtype):
+    """QLoRA's quantization of the base: 4-bit NF4 weights, double-quantized constants, `compute_dtype` matmuls."""
+    from transformers import BitsAndBytesConfig
+
+    return BitsAndBytesConfig(
+        load_in_4bit=True,
+        bnb_4bit_quant_type="nf4",
+        bnb_4bit_use_double_quant=True,
+        bnb_4bit_compute_dtype=compute_dtype,
+    )
 
 
 def lora_config(config: LoraTrainConfig):
@@ -278,7 +294,7 @@ def sft_args(config: LoraTrainConfig, precision: str, device: str, output_dir: s
 
     # At one record per pass there is no padding to remove (and TRL warns about it)
     padding_free = (config.padding_free and config.per_device_batch_size > 1) or config.packing
-    world = int(os.environ.get("WORLD_SIZE", "1"))
+    world = launched_processes()
     extra: dict[str, Any] = {}
     if world > 1:
         extra["ddp_backend"] = "nccl" if device == "cuda" else "gloo"
@@ -291,7 +307,7 @@ def sft_args(config: LoraTrainConfig, precision: str, device: str, output_dir: s
         max_steps=config.max_steps,
         learning_rate=config.learning_rate,
         per_device_train_batch_size=config.per_device_batch_size,
-        gradient_accumulation_steps=config.gradient_accumulation_steps,
+        gradient_accumulation_steps=gradient_accumulation_for(config, world),
         seed=config.seed,
         data_seed=config.seed,
         bf16=precision == "bf16",
@@ -334,9 +350,13 @@ def train_role(
     from transformers import AutoTokenizer
 
     config = config or LoraTrainConfig()
+    # the accumulation as trained (derived from effective_batch_size where set): recorded with the adapter
+    config = dataclasses.replace(config, gradient_accumulation_steps=gradient_accumulation_for(config, launched_processes()))
     base_model_path = Path(base_model_path)
     output_dir = Path(output_dir)
     device = training_device()
+    if config.qlora:
+        check_qlora(device)
     precision, why = resolve_precision(config.precision, device)
     logger.info("role %s: training in %s on %s (%s)", role, precision, device, why)
 
@@ -358,10 +378,16 @@ def train_role(
             processing_class=tokenizer,
             peft_config=lora_config(config),
         )
+        if trainer.accelerator.num_processes != launched_processes():
+            raise RuntimeError(
+                f"accelerate runs {trainer.accelerator.num_processes} processes but WORLD_SIZE says "
+                f"{launched_processes()}: the accumulation would not give the effective batch the config names"
+            )
         logger.info(
-            "role %s: %d records (%d skipped), %d tokens, batch %d x %d accumulation x %d processes",
+            "role %s: %d records (%d skipped), %d tokens, batch %d x %d accumulation x %d processes = %d",
             role, len(rows), skipped, sum(len(r["input_ids"]) for r in rows),
-            config.per_device_batch_size, config.gradient_accumulation_steps, trainer.accelerator.num_processes,
+            config.per_device_batch_size, args.gradient_accumulation_steps, trainer.accelerator.num_processes,
+            config.per_device_batch_size * args.gradient_accumulation_steps * trainer.accelerator.num_processes,
         )
         start = time.perf_counter()
         output = trainer.train()
@@ -380,6 +406,10 @@ def train_role(
             steps=int(output.global_step),
             losses=losses,
             precision=precision,
+            effective_batch_size=config.per_device_batch_size * args.gradient_accumulation_steps
+            * trainer.accelerator.num_processes,
+            gradient_accumulation_steps=args.gradient_accumulation_steps,
+            processes=trainer.accelerator.num_processes,
         )
         logger.info(
             "role %s: loss %.4f over %d steps, %d tokens in %.1f s (%.1f tokens/s)",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 from typing import Sequence
@@ -18,6 +19,8 @@ def merge_adapters_into_base(
 
     Several adapters are merged one after another (their updates add up), in the order given. The weights
     keep the base checkpoint's dtype. The folder is written beside `out_dir` and renamed into place.
+    The base must be unquantized: an adapter trained with `qlora` (on a 4-bit copy of this base) is merged
+    into the full-precision weights, as PEFT users expect; a base folder with a `quantization_config` is refused.
     """
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -29,6 +32,10 @@ def merge_adapters_into_base(
     for a in adapters:
         if not (a / "adapter_config.json").is_file():
             raise FileNotFoundError(f"{a}: not a PEFT adapter folder (no adapter_config.json)")
+    config_file = base_path / "config.json"
+    if config_file.is_file() and "quantization_config" in json.loads(config_file.read_text(encoding="utf-8")):
+        raise ValueError(f"{base_path} is a quantized checkpoint: merge the adapter into the unquantized base "
+                         "(a qlora adapter is trained on a 4-bit copy of it, never saved as one)")
     model = AutoModelForCausalLM.from_pretrained(str(base_path), dtype="auto")
     for a in adapters:
         model = PeftModel.from_pretrained(model, str(a)).merge_and_unload()
