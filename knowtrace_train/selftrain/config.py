@@ -140,6 +140,9 @@ class SelfTrainConfig:
     #: hyper-parameter search: dotted config key -> values; the recipe runs every combination as its
     #: own run in <run folder>/<point> (the paper tunes train.epochs, the batch size and the learning rate)
     grid: dict[str, list[Any]] = field(default_factory=dict)
+    reuse: bool = field(default=True, metadata={"help": (
+        "take the raw base's evaluation and probe, M0, M0's evaluation and iteration 1's rollouts from the cache "
+        "home ($KNOWTRACE_CACHE/runs) when a run made them from the same inputs; false: compute everything")})
 
     def __post_init__(self) -> None:
         if self.iterations < 0:

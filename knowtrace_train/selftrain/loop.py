@@ -19,11 +19,15 @@ Run folder (runs/<name>):
                                   raw base, whether bootstrapped, the prompt settings it runs with
     iter_<z>/                     rollouts.jsonl, backtrace.json, sft_<kind>.jsonl, adapters/<role>/,
                                   eval.jsonl, metrics.json
-    <folder>/DONE.<stage>         the stage's marker with its seconds and figures
+    <folder>/DONE.<stage>         the stage's marker with its seconds and figures ("reused_from": the cache
+                                  folder of a stage another run computed, see reuse.py)
     summary.json                  dev EM/F1 and FA ratios per iteration, wall time per phase
 
 Every file is written to a temporary name and renamed; a stage whose marker exists is never redone,
-so a killed run started again with the same config continues at the first unfinished stage.
+so a killed run started again with the same config continues at the first unfinished stage. With
+`reuse`, the stages that depend neither on the mode, the iterations nor `train.*` (the base's evaluation
+and probe, M0, M0's evaluation, iteration 1's rollouts) come from the cache home when a run on this
+machine computed them from the same inputs (reuse.py).
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ from knowtrace_train.methods import Method, StrategyConfig, get_method
 from knowtrace_train.selftrain.bootstrap import Bootstrap
 from knowtrace_train.selftrain.config import SelfTrainConfig
 from knowtrace_train.selftrain.models import ModelState, generator_config, read_records, strategy_config
+from knowtrace_train.selftrain.reuse import Reuse
 from knowtrace_train.selftrain.rollout import run_rollouts
 from knowtrace_train.stages import Processes, StageRunner
 from knowtrace_train.trajectory import read_trajectories
@@ -52,7 +57,8 @@ from knowtrace_train.trajectory import read_trajectories
 log = logging.getLogger(__name__)
 
 #: Config keys a rerun may change without invalidating the run folder.
-RESUMABLE_CHANGES = ("name", "output_dir", "iterations", "threads", "generator.progress", "retriever.show_progress")
+RESUMABLE_CHANGES = ("name", "output_dir", "iterations", "threads", "generator.progress", "retriever.show_progress",
+                     "reuse")
 
 
 # -- question selection -----------------------------------------------------------------------------
@@ -97,7 +103,7 @@ def select_questions(config: SelfTrainConfig, bootstrap: bool) -> Questions:
 # -- the run ----------------------------------------------------------------------------------------
 
 
-class SelfTrain(Bootstrap):
+class SelfTrain(Bootstrap, Reuse):
     """One self-training run in its folder. `run()` walks every stage, skipping the finished ones."""
 
     def __init__(
@@ -123,6 +129,10 @@ class SelfTrain(Bootstrap):
         self._retriever = None
         self._tokenizer = None
         self._base_path: Path | None = None
+        # reuse (reuse.py): the cache, the corpus fingerprint, M0's key once the bootstrap knows it
+        self._reuse_cache = None
+        self._corpus_fp: str | None = None
+        self._m0_key: str | None = None
 
     # -- lazily built parts (a finished run loads nothing) ----------------------------------------
     @property
@@ -266,9 +276,20 @@ class SelfTrain(Bootstrap):
             "unusable_calls": s.unusable_calls,
         }
 
+    def _rollout_stage(self, folder: Path, name: str, stage: str, state: ModelState, items: Sequence[QAItem],
+                       filename: str, seed: int, desc: str, iteration: int | None) -> dict[str, Any]:
+        """A rollout as a stage of `folder`; taken from the reuse cache (stage `stage`) where `state` is
+        the raw base or M0 and a run made the same trajectories already (see reuse.py)."""
+        def inputs():
+            model = self.weights_identity(state)
+            return None if model is None else self.generation_inputs(model, items, state, seed, iteration)
+
+        return self.reusable_stage(folder, name, stage, inputs, lambda: self._rollout(
+            state, items, folder / filename, seed, desc, iteration), [filename])
+
     def _eval(self, folder: Path, state: ModelState, seed: int, iteration: int | None) -> dict[str, Any]:
-        return self.stages.run(folder, "eval", lambda: self._rollout(
-            state, self.questions.dev, folder / "eval.jsonl", seed, f"{folder.name} dev eval", iteration))
+        return self._rollout_stage(folder, "eval", "eval", state, self.questions.dev, "eval.jsonl", seed,
+                                   f"{folder.name} dev eval", iteration)
 
     # -- the raw base -----------------------------------------------------------------------------
     def raw_base(self) -> ModelState:
@@ -295,8 +316,8 @@ class SelfTrain(Bootstrap):
         cfg = self.config
         folder = self.run_dir / f"iter_{z}"
         seed = cfg.strategy.seed + z
-        roll = self.stages.run(folder, "rollout", lambda: self._rollout(
-            prev, self.questions.rollout, folder / "rollouts.jsonl", seed, f"iter {z} rollout", z))
+        roll = self._rollout_stage(folder, "rollout", "rollout", prev, self.questions.rollout, "rollouts.jsonl", seed,
+                                   f"iter {z} rollout", z)
         bt = self.stages.run(folder, "rationalize", lambda: self._rationalize(folder, z))
         records = {k: read_records(folder / f"sft_{k}.jsonl") for k in self.record_kinds()}
         groups = self._records_per_adapter(records)
