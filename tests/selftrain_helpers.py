@@ -28,8 +28,11 @@ EXTRA_GUIDANCE = "anything else worth knowing"
 
 
 def tiny_overrides(tmp: Path, model_dir: Path, **extra: object) -> list[str]:
-    """Command-line overrides of the default config for a run of seconds on the tiny model."""
+    """Command-line overrides of the default config for a run of seconds on the tiny model. Reuse is off
+    (no test writes into the real cache home, and each run computes its own stages: the kill/resume test
+    must kill a rollout, not find it cached); tests of reuse pass reuse=True and their own $KNOWTRACE_CACHE."""
     values: dict[str, object] = {
+        "reuse": False,
         "output_dir": str(tmp / "run"),
         "iterations": 2,
         "on_empty": "continue",
@@ -203,7 +206,11 @@ def main(argv: list[str]) -> int:
     _pause_after_first_part()
     config = load_config(SelfTrainConfig, argv[0], argv[1:])
     run = SelfTrain(config, progress=False)
-    run.make_generator = oracle_factory(run)
+    # the factory from the module by its name, not __main__'s copy: reuse keys name the generator factory,
+    # and a run of this script must share the cache with a test's in-process run
+    import selftrain_helpers
+
+    run.make_generator = selftrain_helpers.oracle_factory(run)
     summary = run.run()
     if run.procs.is_main:
         print(json.dumps(headline(summary)))

@@ -5,6 +5,7 @@
     bootstrap.py  iteration 0 (gold records of the method, LoRA, merge) = M0
     rollout.py    chunked, resumable rollouts split across processes
     models.py     ModelState, the records of a stage
+    reuse.py      stage outputs shared across runs (base eval, probe, M0, its eval, iteration 1 rollouts)
 """
 
 from knowtrace_train.selftrain.config import SelfTrainConfig

@@ -3,7 +3,10 @@
 `bootstrap.mode` "always" or "never" decides, or "auto": a probe of the raw base on the first train
 questions. The method writes the gold records (`Method.gold_records`); the loop trains one adapter on
 all of them (`bootstrap.joint`) or one per role, merges them into the weights (iter_0/model) and
-records where M0 is in m0.json. A mixin of SelfTrain: it uses the run's stages, rollouts and training.
+records where M0 is in m0.json. With `reuse`, an M0 made by another run from the same base, records
+and training settings comes from the cache home instead (reuse.py): its files hard-linked into
+iter_0/, or, where links cannot be made, m0.json pointing at the cache folder. A mixin of SelfTrain:
+it uses the run's stages, rollouts, training and reuse cache.
 """
 
 from __future__ import annotations
@@ -15,6 +18,8 @@ from typing import Any
 from knowtrace_train.config import config_to_dict
 from knowtrace_train.io import write_json
 from knowtrace_train.selftrain.models import ModelState, read_records
+from knowtrace_train.selftrain.reuse import link_tree, reused
+from knowtrace_train.stages import is_done
 
 log = logging.getLogger(__name__)
 
@@ -30,8 +35,20 @@ class Bootstrap:
         """M0 as the loop runs it (the merged model, or the raw base)."""
         if not bootstrapped:
             return self.raw_base()
-        return ModelState(name="M0", model=str(self.run_dir / "iter_0" / "model"),
+        return ModelState(name="M0", model=str(self.m0_path()),
                           trained=frozenset(self.method.record_roles(self.config.strategy).values()))
+
+    def m0_path(self) -> Path:
+        """The merged M0's folder: iter_0/model, or the reuse cache's folder that m0.json names."""
+        import json
+
+        m0_file = self.run_dir / "m0.json"
+        if m0_file.is_file():
+            m0 = json.loads(m0_file.read_text(encoding="utf-8"))
+            if m0.get("bootstrapped") and m0.get("path"):
+                p = Path(m0["path"])
+                return p if p.is_absolute() else self.run_dir / p
+        return self.run_dir / "iter_0" / "model"
 
     def _m0(self, metrics: list[dict[str, Any]]) -> ModelState:
         cfg = self.config
@@ -54,8 +71,8 @@ class Bootstrap:
         cfg = self.config
         folder = self.run_dir / "base"
         items = self.questions.rollout[: cfg.bootstrap.probe_questions]
-        info = self.stages.run(folder, "probe", lambda: self._rollout(
-            self.raw_base(), items, folder / "probe.jsonl", cfg.strategy.seed, "probe (raw base)", None))
+        info = self._rollout_stage(folder, "probe", "probe", self.raw_base(), items, "probe.jsonl", cfg.strategy.seed,
+                                   "probe (raw base)", None)
         need = info["em"] < cfg.bootstrap.min_em
         log.info("bootstrap auto: the raw base answers %.3f of %d train questions (threshold %.3f): %s",
                  info["em"], info["questions"], cfg.bootstrap.min_em, "bootstrapping" if need else "no bootstrap")
@@ -71,16 +88,35 @@ class Bootstrap:
             groups = {"bootstrap": [r for k in kinds for r in records[k]]}
         else:
             groups = self._records_per_adapter(records)
+        entry = cached = None
+        if self.reuse_cache is not None:
+            inputs = self.m0_inputs(groups)
+            # M0's own key is what the keys of its evaluation and of iteration 1's rollouts know of it
+            self._m0_key = self.reuse_cache.entry("m0", inputs).key
+            # a run that has trained part of its M0 already finishes it
+            if not (is_done(folder, "merge") or any(is_done(folder, f"train_{a}") for a in groups)):
+                entry, cached = self.reuse_lookup("m0", lambda: inputs, "M0 (iter_0/model)")
         train_info = {}
         for i, (adapter, recs) in enumerate(groups.items()):
-            train_info[adapter] = self.stages.run(folder, f"train_{adapter}", lambda a=adapter, r=recs, i=i: self._train(
-                folder, a, r, self.base_path, cfg.bootstrap.train, seed=cfg.seed * 1000 + i, subdir=BOOTSTRAP_ADAPTERS))
+            if cached is not None:
+                body = lambda a=adapter: reused(cached["train"].get(a, {}), entry.path if entry else None, self.procs)
+            else:
+                body = lambda a=adapter, r=recs, i=i: self._train(folder, a, r, self.base_path, cfg.bootstrap.train,
+                                                                  seed=cfg.seed * 1000 + i, subdir=BOOTSTRAP_ADAPTERS)
+            train_info[adapter] = self.stages.run(folder, f"train_{adapter}", body)
         trained = [a for a, t in train_info.items() if t.get("records", 0) > 0]
         if not trained:
             raise ValueError(f"bootstrap: no gold trajectory could be built from {len(self.questions.bootstrap)} "
                              f"train questions ({gold.get('skipped')}); set bootstrap.mode: never or check the data")
-        merge = self.stages.run(folder, "merge", lambda: self._merge(folder, [folder / BOOTSTRAP_ADAPTERS / a for a in trained]))
+        if cached is not None:
+            merge = self.stages.run(folder, "merge", lambda: self._reuse_m0(folder, entry, cached))
+        else:
+            merge = self.stages.run(folder, "merge", lambda: self._merge(
+                folder, [folder / BOOTSTRAP_ADAPTERS / a for a in trained], entry, train_info))
         state = self.m0_state(bootstrapped=True)
+        if not (Path(state.model) / "config.json").is_file():
+            raise ValueError(f"M0 of this run, {state.model} (m0.json), is gone or incomplete (a cleared reuse "
+                             f"cache?); remove {folder / 'DONE.merge'} and the train_* markers beside it to rebuild it")
         ev = self._eval(folder, state, cfg.strategy.seed, 0)
         m = {
             "iteration": 0,
@@ -117,13 +153,38 @@ class Bootstrap:
                     "skipped": res.stats["skipped"], "records": res.stats["records"]}
         return self.procs.broadcast(info)
 
-    def _merge(self, folder: Path, adapters: list[Path]) -> dict[str, Any]:
+    def _merge(self, folder: Path, adapters: list[Path], entry=None, train_info=None) -> dict[str, Any]:
+        """Merge the bootstrap adapters into the base (iter_0/model = M0); with a reuse `entry`, store M0
+        (and its adapters) in the cache for the next run."""
+        import time
+
         from knowtrace_train.train.merge import merge_adapters_into_base
 
+        t0 = time.perf_counter()
+        info: dict[str, Any] = {"adapters": [a.name for a in adapters]}
         if self.procs.is_main:
             merge_adapters_into_base(self.base_path, adapters, folder / "model")
             self._write_m0(str(folder / "model"), bootstrapped=True)
-        return {"adapters": [a.name for a in adapters]}
+            info["seconds"] = round(time.perf_counter() - t0, 3)
+            if entry is not None:
+                files = {"model": folder / "model", BOOTSTRAP_ADAPTERS: folder / BOOTSTRAP_ADAPTERS}
+                self.reuse_cache.store(entry, files, {"train": train_info, "merge": info}, self.run_dir, link=True)
+        return info
+
+    def _reuse_m0(self, folder: Path, entry, cached: dict[str, Any]) -> dict[str, Any]:
+        """M0 from the reuse cache: its model folder and adapters hard-linked into iter_0/ (no disk
+        used), or, where the file system refuses links, m0.json pointing at the cache's folder."""
+        how = None
+        if self.procs.is_main:
+            linked = link_tree(entry.path / "model", folder / "model")
+            if linked and (entry.path / BOOTSTRAP_ADAPTERS).is_dir():
+                linked = link_tree(entry.path / BOOTSTRAP_ADAPTERS, folder / BOOTSTRAP_ADAPTERS)
+            self._write_m0(str(folder / "model" if linked else entry.path / "model"), bootstrapped=True)
+            how = "hard links in iter_0/" if linked else "m0.json points at the cache folder"
+            log.info("M0: %s", how)
+        info = reused(cached.get("merge") or {}, entry.path if entry else None, self.procs)
+        info["m0_files"] = self.procs.broadcast(how)
+        return info
 
     def _write_m0(self, model: str, bootstrapped: bool) -> None:
         if not self.procs.is_main:

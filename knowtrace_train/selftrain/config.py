@@ -165,6 +165,9 @@ class SelfTrainConfig:
         default_factory=dict,
         metadata={"help": "hyper-parameter search: dotted key -> values; every combination runs in <run folder>/<point>"},
     )
+    reuse: bool = field(default=True, metadata={"help": (
+        "take the raw base's evaluation and probe, M0, M0's evaluation and iteration 1's rollouts from the cache "
+        "home ($KNOWTRACE_CACHE/runs) when a run made them from the same inputs; false: compute everything")})
 
     def __post_init__(self) -> None:
         if self.iterations < 0:

@@ -21,11 +21,15 @@ Run folder (runs/<name>):
                                   eval.jsonl, metrics.json (with `vs_m0` and `vs_previous`: paired tests
                                   of M(z) against M0 and M(z-1) on the dev questions, read from the
                                   eval.jsonl files)
-    <folder>/DONE.<stage>         the stage's marker with its seconds and figures
+    <folder>/DONE.<stage>         the stage's marker with its seconds and figures ("reused_from": the cache
+                                  folder of a stage another run computed, see reuse.py)
     summary.json                  dev EM/F1 and FA ratios per iteration, wall time per phase
 
 Every file is written to a temporary name and renamed; a stage whose marker exists is never redone,
-so a killed run started again with the same config continues at the first unfinished stage.
+so a killed run started again with the same config continues at the first unfinished stage. With
+`reuse`, the stages that depend neither on the mode, the iterations nor `train.*` (the base's evaluation
+and probe, M0, M0's evaluation, iteration 1's rollouts) come from the cache home when a run on this
+machine computed them from the same inputs (reuse.py).
 """
 
 from __future__ import annotations
@@ -48,6 +52,7 @@ from knowtrace_train.metrics import question_kind
 from knowtrace_train.selftrain.bootstrap import Bootstrap
 from knowtrace_train.selftrain.config import LAUNCH_KEY, SelfTrainConfig
 from knowtrace_train.selftrain.models import ModelState, generator_config, read_records, strategy_config
+from knowtrace_train.selftrain.reuse import Reuse
 from knowtrace_train.selftrain.rollout import run_rollouts
 from knowtrace_train.stages import Processes, StageRunner
 from knowtrace_train.trajectory import read_trajectories
@@ -56,7 +61,8 @@ log = logging.getLogger(__name__)
 
 #: Config keys a rerun may change without invalidating the run folder.
 RESUMABLE_CHANGES = ("name", "output_dir", "iterations", "threads", "generator.progress", "retriever.show_progress",
-                     "data.test", "data.test_questions")  # the test split is read after the run, never by it
+                     "data.test", "data.test_questions",  # the test split is read after the run, never by it
+                     "reuse")
 
 
 # -- question selection -----------------------------------------------------------------------------
@@ -101,7 +107,7 @@ def select_questions(config: SelfTrainConfig, bootstrap: bool) -> Questions:
 # -- the run ----------------------------------------------------------------------------------------
 
 
-class SelfTrain(Bootstrap):
+class SelfTrain(Bootstrap, Reuse):
     """One self-training run in its folder. `run()` walks every stage, skipping the finished ones."""
 
     def __init__(
@@ -127,6 +133,10 @@ class SelfTrain(Bootstrap):
         self._retriever = None
         self._tokenizer = None
         self._base_path: Path | None = None
+        # reuse (reuse.py): the cache, the corpus fingerprint, M0's key once the bootstrap knows it
+        self._reuse_cache = None
+        self._corpus_fp: str | None = None
+        self._m0_key: str | None = None
 
     # -- lazily built parts (a finished run loads nothing) ----------------------------------------
     @property
@@ -273,9 +283,20 @@ class SelfTrain(Bootstrap):
             **s.figures(),
         }
 
+    def _rollout_stage(self, folder: Path, name: str, stage: str, state: ModelState, items: Sequence[QAItem],
+                       filename: str, seed: int, desc: str, iteration: int | None) -> dict[str, Any]:
+        """A rollout as a stage of `folder`; taken from the reuse cache (stage `stage`) where `state` is
+        the raw base or M0 and a run made the same trajectories already (see reuse.py)."""
+        def inputs():
+            model = self.weights_identity(state)
+            return None if model is None else self.generation_inputs(model, items, state, seed, iteration)
+
+        return self.reusable_stage(folder, name, stage, inputs, lambda: self._rollout(
+            state, items, folder / filename, seed, desc, iteration), [filename])
+
     def _eval(self, folder: Path, state: ModelState, seed: int, iteration: int | None) -> dict[str, Any]:
-        return self.stages.run(folder, "eval", lambda: self._rollout(
-            state, self.questions.dev, folder / "eval.jsonl", seed, f"{folder.name} dev eval", iteration))
+        return self._rollout_stage(folder, "eval", "eval", state, self.questions.dev, "eval.jsonl", seed,
+                                   f"{folder.name} dev eval", iteration)
 
     def _compare(self, against: str, a_folder: Path, b_folder: Path) -> dict[str, Any] | None:
         """The model evaluated in `b_folder` against the one in `a_folder` (named `against`) on the
@@ -320,8 +341,8 @@ class SelfTrain(Bootstrap):
         cfg = self.config
         folder = self.run_dir / f"iter_{z}"
         seed = cfg.strategy.seed + z
-        roll = self.stages.run(folder, "rollout", lambda: self._rollout(
-            prev, self.questions.rollout, folder / "rollouts.jsonl", seed, f"iter {z} rollout", z))
+        roll = self._rollout_stage(folder, "rollout", "rollout", prev, self.questions.rollout, "rollouts.jsonl", seed,
+                                   f"iter {z} rollout", z)
         bt = self.stages.run(folder, "rationalize", lambda: self._rationalize(folder, z))
         records = {k: read_records(folder / f"sft_{k}.jsonl") for k in self.record_kinds()}
         groups = self._records_per_adapter(records)

@@ -1,0 +1,381 @@
+"""Reuse across runs: stage outputs that no run setting but their own inputs shapes, kept in the cache home by content.
+
+The raw base's dev evaluation and probe, M0 (the bootstrap's LoRA training and merge), M0's dev
+evaluation and the first iteration's rollouts depend neither on `mode`, `iterations` nor any `train.*`
+key: the STaR comparison run, a rerun with other iteration settings and every point of a grid would
+redo them. With `reuse: true` (the default) each of them is looked up, before it runs, under a key
+= SHA-256 of a JSON of exactly the inputs its output depends on (`key.json` lists them), in
+
+    <cache home>/runs/<stage>/<key[:24]>/     stage: eval, probe, rollout (a model over questions), m0
+        eval.jsonl | probe.jsonl | rollouts.jsonl     the stage's file, as the run folder holds it
+        model/, bootstrap_adapters/<a>/               M0 (and its merged adapters), for stage m0
+        key.json                                      written last: key, stage, inputs, files (name ->
+                                                      bytes), info (the stage's figures), made_by
+
+(`<cache home>` is $KNOWTRACE_CACHE, else ~/.cache/knowtrace-train: `knowtrace_train.io.cache_home`).
+A hit needs a key.json whose key and inputs equal this run's and every file it lists present with its
+size; anything else is logged as a warning naming what is wrong and the stage is rebuilt (and the entry
+replaced), never used. On a hit the run folder still gets its files (the JSONL files copied; M0's files
+hard-linked, no extra disk, or where links cannot be made m0.json points at the cache folder) and the
+stage's DONE marker says `"reused_from": "<cache folder>"`. Under several processes the main process
+decides hit or miss and tells the others; only it reads and writes the cache.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import logging
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+from knowtrace_train.config import config_to_dict
+from knowtrace_train.io import atomic_dir, cache_home, write_json
+
+log = logging.getLogger(__name__)
+
+#: the cache home's folder for stage outputs
+CACHE_FOLDER = "runs"
+KEY_FILE = "key.json"
+#: part of every key: raise it when what a stage stores changes in a way its inputs do not show
+FORMAT = 1
+
+#: generator settings that cannot change an output: batching (the transformers backend decodes the same
+#: greedy tokens whatever the batch, see generation/hf.py), where models are cached, progress bars, memory
+GENERATOR_NOT_IN_KEY = ("model", "batch_size", "progress", "cache_dir", "prefix_cache_size",
+                        "gpu_memory_utilization", "cpu_kvcache_gib")
+#: retriever settings that cannot change a result: where indexes are cached, progress bars, the timeout
+RETRIEVER_NOT_IN_KEY = ("cache_dir", "show_progress", "timeout_s", "recreate")
+#: libraries whose version can change a model's outputs or training
+LIBRARIES = ("torch", "transformers", "peft", "trl", "accelerate", "bm25s", "vllm", "sentence-transformers")
+
+
+# -- what a key is made of --------------------------------------------------------------------------------
+
+
+def digest(obj: Any) -> str:
+    """SHA-256 of `obj` as canonical JSON (sorted keys)."""
+    blob = json.dumps(obj, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str)
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+
+def model_identity(folder: str | Path) -> dict[str, Any]:
+    """A model folder as a key sees it: its resolved path and every top-level file's size and
+    modification time (a rewritten or re-converted model is another model; hashing a model's
+    gigabytes on every run would cost more than it saves)."""
+    folder = Path(folder).resolve()
+    files = {}
+    if folder.is_dir():
+        for p in sorted(folder.iterdir()):
+            if p.is_file():
+                st = p.stat()
+                files[p.name] = [st.st_size, st.st_mtime_ns]
+    return {"path": str(folder), "files": files}
+
+
+@functools.lru_cache(maxsize=1)
+def code_identity() -> dict[str, Any]:
+    """The code that computes every stage: SHA-256 of the knowtrace_train package's files (prompts
+    included) and the versions of the libraries that run the models. Any change is another key."""
+    from importlib import metadata
+
+    import knowtrace_train
+
+    root = Path(knowtrace_train.__file__).resolve().parent
+    h = hashlib.sha256()
+    for p in sorted(root.rglob("*")):
+        if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc":
+            h.update(str(p.relative_to(root)).encode("utf-8") + b"\0")
+            h.update(p.read_bytes() + b"\0")
+    versions = {}
+    for lib in LIBRARIES:
+        try:
+            versions[lib] = metadata.version(lib)
+        except metadata.PackageNotFoundError:
+            versions[lib] = None
+    return {"package": h.hexdigest(), "libraries": versions}
+
+
+def settings(obj: Any, leave_out: Sequence[str] = ()) -> dict[str, Any]:
+    """A config dataclass as key input, without the fields that cannot change an output."""
+    return {k: v for k, v in config_to_dict(obj).items() if k not in leave_out}
+
+
+# -- the cache ----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One stage output's place in the cache: its key and the inputs it was computed from."""
+
+    stage: str
+    key: str
+    inputs: Mapping[str, Any]
+    path: Path
+
+    def problem(self) -> str | None:
+        """Why the folder cannot be used (None: it can): no or another key.json, or a file missing."""
+        kf = self.path / KEY_FILE
+        if not kf.is_file():
+            return f"it has no {KEY_FILE} (an unfinished or foreign folder)"
+        try:
+            saved = json.loads(kf.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as e:
+            return f"its {KEY_FILE} cannot be read ({e})"
+        if not isinstance(saved, dict):
+            return f"its {KEY_FILE} is not a JSON object"
+        if saved.get("key") != self.key or saved.get("stage") != self.stage:
+            return f"its {KEY_FILE} names key {saved.get('key')!r} of stage {saved.get('stage')!r}, not {self.key!r}"
+        if saved.get("inputs") != self.inputs:
+            old = saved.get("inputs") if isinstance(saved.get("inputs"), dict) else {}
+            differ = sorted(k for k in set(old) | set(self.inputs) if old.get(k) != self.inputs.get(k))
+            return f"its {KEY_FILE} lists other inputs than this key's ({', '.join(differ) or 'not a mapping'})"
+        files = saved.get("files")
+        if not isinstance(files, dict) or not files:
+            return f"its {KEY_FILE} lists no files"
+        for rel, size in files.items():
+            p = self.path / rel
+            if not p.is_file():
+                return f"{rel} is missing"
+            if p.stat().st_size != size:
+                return f"{rel} has {p.stat().st_size} bytes, {KEY_FILE} says {size}"
+        return None
+
+    def info(self) -> dict[str, Any]:
+        """The figures the stage recorded when it was computed."""
+        return dict(json.loads((self.path / KEY_FILE).read_text(encoding="utf-8")).get("info") or {})
+
+
+class ReuseCache:
+    """Stage outputs by content key under `root` (<cache home>/runs)."""
+
+    def __init__(self, root: str | Path | None = None) -> None:
+        self.root = Path(root) if root is not None else cache_home() / CACHE_FOLDER
+
+    def entry(self, stage: str, inputs: Mapping[str, Any]) -> Entry:
+        # as JSON reads it back (tuples as lists), so that key.json's inputs compare equal
+        full = {"format": FORMAT, "stage": stage, **inputs, "code": code_identity()}
+        full = json.loads(json.dumps(full, default=str))
+        key = digest(full)
+        return Entry(stage=stage, key=key, inputs=full, path=self.root / stage / key[:24])
+
+    def lookup(self, entry: Entry, label: str) -> dict[str, Any] | None:
+        """The entry's figures when it can be used; None when it is absent or unusable (then the
+        reason is logged as a warning and the folder removed, so the rebuilt output replaces it)."""
+        if not entry.path.exists():
+            log.info("%s: not in the reuse cache (%s); computing it", label, entry.path)
+            return None
+        why = entry.problem()
+        if why is None:
+            return entry.info()
+        log.warning("%s: the cached copy %s cannot be used: %s; rebuilding it", label, entry.path, why)
+        shutil.rmtree(entry.path, ignore_errors=True)
+        return None
+
+    def store(self, entry: Entry, files: Mapping[str, Path], info: Mapping[str, Any], made_by: str | Path,
+              link: bool = False) -> bool:
+        """Put `files` (name in the entry -> a file or folder of the run; copied, or with `link` hard-linked
+        where the file system allows) and the stage's figures in the cache; key.json last. A failure is
+        logged, never raised: the run does not depend on the cache."""
+        try:
+            with atomic_dir(entry.path, done=KEY_FILE) as tmp:
+                for name, src in files.items():
+                    copy_tree(Path(src), tmp / name, link)
+                manifest = {str(p.relative_to(tmp)): p.stat().st_size for p in sorted(tmp.rglob("*")) if p.is_file()}
+                write_json(tmp / KEY_FILE, {"key": entry.key, "stage": entry.stage, "inputs": entry.inputs,
+                                            "files": manifest, "info": dict(info), "made_by": str(made_by)})
+        except OSError as e:
+            log.warning("could not store %s in the reuse cache (%s): %s", entry.stage, entry.path, e)
+            return False
+        log.info("stored %s in the reuse cache: %s", entry.stage, entry.path)
+        return True
+
+
+# -- files in and out ---------------------------------------------------------------------------------------
+
+
+def copy_tree(src: Path, dst: Path, link: bool = False) -> None:
+    """`src` (a file or folder) at `dst`: copied, or with `link` every file hard-linked (copied where it
+    cannot be). Model files are linked (nothing edits them in place); JSONL files, which a person may
+    open in an editor, are copied."""
+    if src.is_dir():
+        dst.mkdir(parents=True, exist_ok=True)
+        for p in sorted(src.iterdir()):
+            copy_tree(p, dst / p.name, link)
+        return
+    if link:
+        try:
+            os.link(src, dst)
+            return
+        except OSError:
+            pass
+    shutil.copy2(src, dst)
+
+
+def link_tree(src: Path, dst: Path) -> bool:
+    """`src`'s files hard-linked into a new folder `dst` (replacing it); False, and `dst` left as it was,
+    where the file system refuses a link (another device, no hard links)."""
+    try:
+        with atomic_dir(dst) as tmp:
+            for p in sorted(src.rglob("*")):
+                target = tmp / p.relative_to(src)
+                if p.is_dir():
+                    target.mkdir(parents=True, exist_ok=True)
+                else:
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    os.link(p, target)
+    except OSError as e:
+        log.info("cannot hard-link %s into %s (%s)", src, dst, e)
+        return False
+    return True
+
+
+def copy_file(src: Path, dst: Path) -> None:
+    """A copy of `src` at `dst`, written beside it and renamed (readers never see half a file)."""
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{dst.name}.", dir=dst.parent)
+    os.close(fd)
+    try:
+        shutil.copyfile(src, tmp)
+        os.replace(tmp, dst)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+# -- the loop's side ----------------------------------------------------------------------------------------
+
+
+class Reuse:
+    """The reuse side of SelfTrain (a mixin): each shareable stage's key inputs, and running a stage
+    through the cache."""
+
+    @property
+    def reuse_cache(self) -> ReuseCache | None:
+        """The cache of stage outputs; None with `reuse: false`."""
+        if not self.config.reuse:
+            return None
+        if self._reuse_cache is None:
+            self._reuse_cache = ReuseCache()
+        return self._reuse_cache
+
+    def corpus_fingerprint(self) -> str:
+        if self._corpus_fp is None:
+            from knowtrace_train.retrieval.cache import corpus_fingerprint
+
+            self._corpus_fp = corpus_fingerprint(self.corpus)
+        return self._corpus_fp
+
+    def weights_identity(self, state) -> dict[str, Any] | None:
+        """What a key knows of `state`'s weights: the raw base's folder, M0's own key, or None for a
+        model with adapters (its outputs depend on the iteration's training: never shared)."""
+        if state.adapters:
+            return None
+        if state.model == self.config.generator.model:
+            return {"base": model_identity(self.base_path)}
+        if self._m0_key is not None and Path(state.model) == Path(self.m0_state(bootstrapped=True).model):
+            return {"m0": self._m0_key}
+        return None
+
+    def generation_inputs(self, model: Mapping[str, Any], items, state, seed: int,
+                          iteration: int | None) -> dict[str, Any]:
+        """What a model's trajectories over `items` depend on. Left out: batch sizes, chunk_size and
+        the processes count (they change batching only), the run's name, mode, iterations, train.*."""
+        import torch
+
+        factory = self.make_generator
+        gen = self.generator_config(state)
+        return {
+            "model": dict(model),
+            "questions": {"count": len(items), "sha256": digest([it.to_dict() for it in items])},
+            "iteration": iteration,
+            "strategy": config_to_dict(self.strategy_config(state, seed)),
+            "generator": settings(gen, GENERATOR_NOT_IN_KEY),
+            # what "auto" resolves to here: CPU and GPU decode in other precisions
+            "device": gen.device if gen.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu"),
+            "retriever": settings(self.config.retriever, RETRIEVER_NOT_IN_KEY),
+            "corpus": self.corpus_fingerprint(),
+            # a generator given to SelfTrain (tests' oracle) answers otherwise than the configured one
+            "generator_factory": None if factory is None else _qualified_name(factory),
+        }
+
+    def m0_inputs(self, groups: Mapping[str, Sequence[Mapping[str, Any]]]) -> dict[str, Any]:
+        """What M0 depends on: the raw base, the bootstrap's records per adapter (their content), its
+        training settings and seed, and the processes count (data-parallel training batches across them)."""
+        from knowtrace_train.train.precision import resolve_precision, training_device
+
+        cfg = self.config
+        device = training_device()
+        return {
+            "base": model_identity(self.base_path),
+            "records": {a: {"count": len(r), "sha256": digest(list(r))} for a, r in groups.items()},
+            "joint": cfg.bootstrap.joint,
+            "train": config_to_dict(cfg.bootstrap.train),
+            "seed": cfg.seed,
+            "processes": self.procs.world,
+            "device": device,
+            "precision": resolve_precision(cfg.bootstrap.train.precision, device)[0],
+        }
+
+    def reuse_lookup(self, stage: str, inputs: Callable[[], Mapping[str, Any] | None], label: str):
+        """(entry, the cached figures or None), decided on the main process and told to the others (whose
+        entry is None); (None, None) with reuse off or where `inputs()` is None (not shareable)."""
+        cache = self.reuse_cache
+        if cache is None:
+            return None, None
+        entry = cached = None
+        if self.procs.is_main:
+            got = inputs()
+            if got is not None:
+                entry = cache.entry(stage, got)
+                cached = cache.lookup(entry, label)
+                if cached is not None:
+                    log.info("reused %s from %s", label, entry.path)
+        return entry, self.procs.broadcast(cached)
+
+    def reusable_stage(self, folder: Path, name: str, stage: str, inputs: Callable[[], Mapping[str, Any] | None],
+                       body: Callable[[], dict[str, Any]], files: Sequence[str]) -> dict[str, Any]:
+        """`self.stages.run(folder, name, body)`, where `files` (names in `folder`) are taken from the
+        cache when `inputs()` has an entry there, and stored there when computed. `inputs()` None: the
+        stage is not shareable (a model with adapters)."""
+        def run() -> dict[str, Any]:
+            entry, cached = self.reuse_lookup(stage, inputs, f"{folder.name}/{name}")
+            if cached is not None:
+                if self.procs.is_main:
+                    from knowtrace_train.selftrain.rollout import parts_dir
+
+                    for f in files:
+                        copy_file(entry.path / f, folder / f)
+                        shutil.rmtree(parts_dir(folder / f), ignore_errors=True)  # a killed attempt's chunks
+                return reused(cached, entry.path if entry else None, self.procs)
+            import time
+
+            t0 = time.perf_counter()
+            info = dict(body() or {})
+            info.setdefault("seconds", round(time.perf_counter() - t0, 3))
+            if entry is not None:
+                self.reuse_cache.store(entry, {f: folder / f for f in files}, info, self.run_dir)
+            return info
+
+        return self.stages.run(folder, name, run)
+
+
+def _qualified_name(fn: Any) -> str:
+    """module.qualname of a function (of its class for other callables, e.g. functools.partial)."""
+    named = fn if hasattr(fn, "__qualname__") else type(fn)
+    return f"{getattr(named, '__module__', '?')}.{named.__qualname__}"
+
+
+def reused(cached: Mapping[str, Any], path: Path | None, procs) -> dict[str, Any]:
+    """A stage's figures taken from the cache: its own, with `reused_from` (the cache folder, known
+    on every process) and the seconds it took when computed (`reused_seconds`); `seconds` is this run's."""
+    info = {k: v for k, v in cached.items() if k != "seconds"}
+    info["reused_from"] = procs.broadcast(str(path) if path is not None else None)
+    info["reused_seconds"] = cached.get("seconds")
+    return info
