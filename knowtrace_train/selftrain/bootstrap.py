@@ -17,7 +17,7 @@ from typing import Any
 
 from knowtrace_train.config import config_to_dict
 from knowtrace_train.io import write_json
-from knowtrace_train.selftrain.models import ModelState, read_records
+from knowtrace_train.selftrain.models import ModelState, bootstrapped_m0, read_records, recorded_m0_path
 from knowtrace_train.selftrain.reuse import link_tree, reused
 from knowtrace_train.stages import is_done
 
@@ -33,22 +33,11 @@ class Bootstrap:
 
     def m0_state(self, bootstrapped: bool) -> ModelState:
         """M0 as the loop runs it (the merged model, or the raw base)."""
-        if not bootstrapped:
-            return self.raw_base()
-        return ModelState(name="M0", model=str(self.m0_path()),
-                          trained=frozenset(self.method.record_roles(self.config.strategy).values()))
+        return bootstrapped_m0(self.config, self.m0_path()) if bootstrapped else self.raw_base()
 
     def m0_path(self) -> Path:
         """The merged M0's folder: iter_0/model, or the reuse cache's folder that m0.json names."""
-        import json
-
-        m0_file = self.run_dir / "m0.json"
-        if m0_file.is_file():
-            m0 = json.loads(m0_file.read_text(encoding="utf-8"))
-            if m0.get("bootstrapped") and m0.get("path"):
-                p = Path(m0["path"])
-                return p if p.is_absolute() else self.run_dir / p
-        return self.run_dir / "iter_0" / "model"
+        return recorded_m0_path(self.run_dir) or self.run_dir / "iter_0" / "model"
 
     def _m0(self, metrics: list[dict[str, Any]]) -> ModelState:
         cfg = self.config

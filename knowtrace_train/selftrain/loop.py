@@ -43,14 +43,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from knowtrace_train.config import ConfigError, config_to_dict, dump_config, read_yaml
 from knowtrace_train.data.schema import Passage, QAItem
 from knowtrace_train.evaluate import EvalConfig, compare_evals, evidence_check, load_corpus, summarize
 from knowtrace_train.io import write_json, write_jsonl
 from knowtrace_train.methods import Method, StrategyConfig, get_method
 from knowtrace_train.metrics import question_kind
 from knowtrace_train.selftrain.bootstrap import Bootstrap
-from knowtrace_train.selftrain.config import LAUNCH_KEY, SelfTrainConfig
+from knowtrace_train.selftrain.config import SelfTrainConfig
+from knowtrace_train.selftrain.folder import check_same_config, run_config_text
 from knowtrace_train.selftrain.models import ModelState, generator_config, read_records, strategy_config
 from knowtrace_train.selftrain.reuse import Reuse
 from knowtrace_train.selftrain.rollout import run_rollouts
@@ -58,12 +58,6 @@ from knowtrace_train.stages import Processes, StageRunner
 from knowtrace_train.trajectory import read_trajectories
 
 log = logging.getLogger(__name__)
-
-#: Config keys a rerun may change without invalidating the run folder.
-RESUMABLE_CHANGES = ("name", "output_dir", "iterations", "threads", "generator.progress", "retriever.show_progress",
-                     "data.test", "data.test_questions",  # the test split is read after the run, never by it
-                     "reuse")
-
 
 # -- question selection -----------------------------------------------------------------------------
 
@@ -468,52 +462,3 @@ def _inside(p: str | Path, folder: Path) -> bool:
         return True
     except ValueError:
         return False
-
-
-def _flatten(d: Any, prefix: str = "") -> dict[str, Any]:
-    if isinstance(d, dict):
-        out: dict[str, Any] = {}
-        for k, v in d.items():
-            out.update(_flatten(v, f"{prefix}.{k}" if prefix else str(k)))
-        return out
-    return {prefix: d}
-
-
-def launch_record(config: SelfTrainConfig, processes: int) -> dict[str, Any]:
-    """How the run is launched, written into its config.yaml under `launch:` (not a config key: a resume
-    must match it): the process count and the effective batch (per device x accumulation x processes)."""
-    def effective(tc) -> int:
-        return tc.per_device_batch_size * tc.gradient_accumulation_steps * processes
-
-    return {"processes": processes,
-            "effective_batch": {"train": effective(config.train), "bootstrap": effective(config.bootstrap.train)}}
-
-
-def run_config_text(config: SelfTrainConfig, processes: int) -> str:
-    """The run folder's config.yaml: the config as run, then its launch record."""
-    import yaml
-
-    return dump_config(config) + "# how the run was launched (a resume must launch the same way)\n" + yaml.safe_dump(
-        {LAUNCH_KEY: launch_record(config, processes)}, sort_keys=False)
-
-
-def check_same_config(config: SelfTrainConfig, saved: Path, processes: int | None = None) -> None:
-    """A run folder is resumed only with the config it was started with (a few keys may change:
-    RESUMABLE_CHANGES, e.g. more iterations) and under the same launch (process count, hence
-    effective batch and each process's share of the data); otherwise raise naming what differs."""
-    old_yaml = read_yaml(saved)
-    launch = old_yaml.pop(LAUNCH_KEY, None)
-    if processes is not None and isinstance(launch, dict) and launch.get("processes") != processes:
-        raise ConfigError(
-            f"{saved}: this run was launched as {launch.get('processes')} process(es) (effective batch "
-            f"{launch.get('effective_batch')}) and is now resumed with {processes}; relaunch it with "
-            f"{launch.get('processes')} (another count changes the effective batch and which process saw which "
-            "data) or choose another --output_dir")
-    old = _flatten(old_yaml)
-    new = _flatten(config_to_dict(config))
-    differ = sorted(k for k in set(old) | set(new)
-                    if old.get(k) != new.get(k) and not any(k == r or k.startswith(r + ".") for r in RESUMABLE_CHANGES))
-    if differ:
-        shown = ", ".join(f"{k} ({old.get(k)!r} -> {new.get(k)!r})" for k in differ[:6])
-        raise ConfigError(f"{saved}: this run folder was started with another config: {shown}; "
-                          "rerun with the same config or choose another --output_dir")

@@ -105,17 +105,28 @@ def run_model(run_dir: str | Path, iteration: str | int) -> RunModel:
     return RunModel(state, config.strategy.seed + z, config)
 
 
-def _m0_state(run_dir: Path, config: SelfTrainConfig, base: ModelState) -> ModelState:
+def bootstrapped_m0(config: SelfTrainConfig, model: str | Path) -> ModelState:
+    """M0 after a bootstrap: the merged model at `model`, every generator role the method's records
+    train counted as trained (their prompts follow `fewshot_trained`)."""
+    trained = frozenset(get_method(config.strategy.name).record_roles(config.strategy).values())
+    return ModelState(name="M0", model=str(model), trained=trained)
+
+
+def recorded_m0_path(run_dir: Path) -> Path | None:
+    """The merged M0's folder that the run's m0.json names (relative to the run folder unless absolute);
+    None where there is no m0.json, or it records no bootstrap or no path."""
     m0_file = run_dir / "m0.json"
     if not m0_file.is_file():
-        raise ValueError(f"{m0_file}: the run has no M0 yet")
+        return None
     m0 = json.loads(m0_file.read_text(encoding="utf-8"))
-    if not m0.get("bootstrapped"):
-        return base
-    if "path" not in m0:
-        raise ValueError(f"{m0_file}: no \"path\" of the M0 model")
-    trained = frozenset(get_method(config.strategy.name).record_roles(config.strategy).values())
-    return ModelState(name="M0", model=str(_in_run(run_dir, m0["path"])), trained=trained)
+    return _in_run(run_dir, m0["path"]) if m0.get("bootstrapped") and m0.get("path") else None
+
+
+def _m0_state(run_dir: Path, config: SelfTrainConfig, base: ModelState) -> ModelState:
+    if not (run_dir / "m0.json").is_file():
+        raise ValueError(f"{run_dir / 'm0.json'}: the run has no M0 yet")
+    path = recorded_m0_path(run_dir)
+    return base if path is None else bootstrapped_m0(config, path)
 
 
 def _in_run(run_dir: Path, p: str) -> Path:
