@@ -315,7 +315,8 @@ def test_wall_time_shares_add_up():
 # -- stopping and bad input -------------------------------------------------------------------
 
 
-def test_max_rounds_ends_with_a_forced_answer():
+def never_sure_model():
+    """Always asks for more; every completion adds a new triplet (so only max_rounds stops it)."""
     counter = iter(range(100))
 
     def never_sure(parts, req):
@@ -325,7 +326,11 @@ def test_max_rounds_ends_with_a_forced_answer():
             return f"(Alpha; fact; {next(counter)})"
         return " I must answer now.\nAnswer: Bern"
 
-    gen = ScriptedGenerator(never_sure)
+    return never_sure
+
+
+def test_max_rounds_ends_with_a_forced_answer():
+    gen = ScriptedGenerator(never_sure_model())
     [t] = KnowTrace(KnowTraceConfig(max_rounds=2)).run(items()[:1], gen, WordRetriever(WORLD))
     assert (t.stop_reason, t.rounds, t.prediction, t.thought) == ("max_rounds", 2, "Bern", "I must answer now.")
     assert [c.role for c in t.calls] == ["explore", "complete", "explore", "complete", "answer"]
@@ -603,16 +608,7 @@ def test_a_forced_answer_on_the_prompt_judged_no_is_not_trained(mode):
 
 
 def test_a_forced_answer_on_a_grown_graph_is_trained():
-    counter = iter(range(100))
-
-    def never_sure(parts, req):
-        if parts["kind"] == "explore":
-            return f"{J} No\nRetrieval Guidance:\n- Alpha: more"
-        if parts["kind"] == "complete":
-            return f"(Alpha; fact; {next(counter)})"
-        return " I must answer now.\nAnswer: Bern"
-
-    [t] = KnowTrace(KnowTraceConfig(max_rounds=2)).run(items()[:1], ScriptedGenerator(never_sure), WordRetriever(WORLD))
+    [t] = KnowTrace(KnowTraceConfig(max_rounds=2)).run(items()[:1], ScriptedGenerator(never_sure_model()), WordRetriever(WORLD))
     assert t.stop_reason == "max_rounds" and t.calls[-1].prompt not in {c.prompt for c in t.calls[:-1]}
     res = _records(t, "star")
     assert [r["completion"] for r in res.records_by_role["answer"]] == [outputs.exploration_answer("I must answer now.", "Bern")]
