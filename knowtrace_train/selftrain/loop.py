@@ -17,7 +17,7 @@ Run folder (runs/<name>):
                                   (merged already), model/ (M0), eval.jsonl, metrics.json
     m0.json                       M0: "path" of its model folder (relative to the run folder when inside it), the
                                   raw base, whether bootstrapped, the prompt settings it runs with
-    iter_<z>/                     rollouts.jsonl, backtrace.json, sft_<kind>.jsonl, adapters/<role>/,
+    iter_<z>/                     rollouts.jsonl, rationale.json, sft_<kind>.jsonl, adapters/<role>/,
                                   eval.jsonl, metrics.json (with `vs_m0` and `vs_previous`: paired tests
                                   of M(z) against M0 and M(z-1) on the dev questions, read from the
                                   eval.jsonl files)
