@@ -1,10 +1,11 @@
-"""Algorithm 2 (backtracing-guided self-training) as resumable stages in a run folder.
+"""Algorithm 2 (backtracing-guided self-training) as resumable stages in a run folder, for any registered method.
 
-M0 is the base model, or the bootstrapped one (iteration 0: LoRA on gold trajectories, merged into
-the weights). Iteration z rolls out the train questions with M(z-1) (M0 at z=1; afterwards M0 with
-iteration z-1's exploration adapter for exploration and answering calls and its completion adapter
-for completion calls), scores them, backtraces and filters the correct trajectories (mode
-"backtrace") or keeps them whole (mode "star"), trains both adapters from M0 on that iteration's
+M0 is the base model, or the bootstrapped one (iteration 0: LoRA on the method's gold trajectories,
+merged into the weights). Iteration z rolls out the train questions with M(z-1) (M0 at z=1; afterwards
+M0 with iteration z-1's adapter for each generator role: KnowTrace's exploration adapter for
+exploration and answering calls, its completion adapter for completion calls), scores them, turns the
+correct trajectories into SFT records with the rationalizer `mode` names (KnowTrace's "backtrace"
+filters them; "star" keeps them whole), trains one adapter per role from M0 on that iteration's
 records only, and evaluates M(z) on the dev questions.
 
 Run folder (runs/<name>):
