@@ -27,11 +27,11 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Sequence
 
 from knowtrace_train.data.schema import Passage, QAItem
 from knowtrace_train.generation import GeneratorConfig
-from knowtrace_train.io import append_jsonl
+from knowtrace_train.io import append_jsonl, iter_jsonl
 from knowtrace_train.methods import StrategyConfig, get_method
 from knowtrace_train.methods.knowtrace import KnowTraceConfig
 from knowtrace_train.metrics import (
@@ -289,11 +289,6 @@ def summarize(
     )
 
 
-def question_kinds(trajectories: Sequence[Trajectory], items_by_id: Mapping[str, QAItem]) -> list[str | None]:
-    """`metrics.question_kind` of each trajectory's question (None where the item is unknown)."""
-    return [question_kind(items_by_id.get(t.question_id)) for t in trajectories]
-
-
 def evidence_check(strategy: StrategyConfig) -> Callable[[Trajectory], bool | None]:
     """The registered method's `evidence_supported`, bound to its settings."""
     method = get_method(strategy.name)
@@ -317,27 +312,22 @@ def read_question_scores(path: str | Path) -> QuestionScores:
     """question_id, em and f1 of every scored trajectory in a JSONL file (eval.jsonl, evaluate's
     output); a trajectory not scored yet is scored from its prediction. Reads nothing else of the
     records and, unlike `read_trajectories`, never touches the file."""
-    path = Path(path)
     ids: list[str] = []
     em: list[float] = []
     f1: list[float] = []
-    with path.open(encoding="utf-8") as fh:
-        for i, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                d = json.loads(line)
-                qid = str(d["question_id"])
-                if d.get("em") is None or d.get("f1") is None:
-                    s = score(d.get("prediction"), d["answers"])
-                    e, f = s["em"], s["f1"]
-                else:
-                    e, f = float(d["em"]), float(d["f1"])
-            except (ValueError, KeyError, TypeError) as exc:
-                raise ValueError(f"{path}:{i}: not a scored trajectory ({exc})") from None
-            ids.append(qid)
-            em.append(e)
-            f1.append(f)
+    for i, d in iter_jsonl(path):
+        try:
+            qid = str(d["question_id"])
+            if d.get("em") is None or d.get("f1") is None:
+                s = score(d.get("prediction"), d["answers"])
+                e, f = s["em"], s["f1"]
+            else:
+                e, f = float(d["em"]), float(d["f1"])
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ValueError(f"{path}:{i}: not a scored trajectory ({exc})") from None
+        ids.append(qid)
+        em.append(e)
+        f1.append(f)
     return QuestionScores(str(path), ids, em, f1)
 
 

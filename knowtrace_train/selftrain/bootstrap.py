@@ -17,7 +17,7 @@ from typing import Any
 
 from knowtrace_train.config import config_to_dict
 from knowtrace_train.io import write_json
-from knowtrace_train.selftrain.models import ModelState, bootstrapped_m0, read_records, recorded_m0_path
+from knowtrace_train.selftrain.models import ModelState, bootstrapped_m0, read_records, recorded_m0_path, run_relative
 from knowtrace_train.selftrain.reuse import link_tree, reused
 from knowtrace_train.stages import is_done
 
@@ -178,13 +178,8 @@ class Bootstrap:
     def _write_m0(self, model: str, bootstrapped: bool) -> None:
         if not self.procs.is_main:
             return
-        p = Path(model)
-        try:
-            shown = str(p.resolve().relative_to(self.run_dir.resolve()))
-        except ValueError:
-            shown = str(p)
         write_json(self.run_dir / "m0.json", {
-            "path": shown,
+            "path": run_relative(self.run_dir, model),
             "base_model": str(self.base_path),
             "bootstrapped": bootstrapped,
             "prompt_format": self.config.generator.prompt_format,

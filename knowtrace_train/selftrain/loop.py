@@ -52,7 +52,7 @@ from knowtrace_train.metrics import question_kind
 from knowtrace_train.selftrain.bootstrap import Bootstrap
 from knowtrace_train.selftrain.config import SelfTrainConfig
 from knowtrace_train.selftrain.folder import check_same_config, run_config_text
-from knowtrace_train.selftrain.models import ModelState, generator_config, read_records, strategy_config
+from knowtrace_train.selftrain.models import ModelState, generator_config, read_records, run_relative, strategy_config
 from knowtrace_train.selftrain.reuse import Reuse
 from knowtrace_train.selftrain.rollout import run_rollouts
 from knowtrace_train.stages import Processes, StageRunner
@@ -241,9 +241,6 @@ class SelfTrain(Bootstrap, Reuse):
         """The call kinds whose records the method writes (sft_<kind>.jsonl)."""
         return list(self.method.record_roles(self.config.strategy))
 
-    def used_roles(self) -> set[str]:
-        return self.method.generator_roles(self.config.strategy)
-
     def generator_config(self, state: ModelState):
         return generator_config(self.config, state)
 
@@ -372,8 +369,7 @@ class SelfTrain(Bootstrap, Reuse):
             "rationale": bt,
             "sft_records": {a: len(r) for a, r in groups.items()},
             "train": train_info,
-            "adapters": {a: str(Path(p).relative_to(self.run_dir)) if _inside(p, self.run_dir) else p
-                         for a, p in adapters.items()},
+            "adapters": {a: run_relative(self.run_dir, p) for a, p in adapters.items()},
             "eval": ev,
             "vs_m0": vs_m0,
             "vs_previous": vs_prev,
@@ -452,14 +448,3 @@ class SelfTrain(Bootstrap, Reuse):
         if self.procs.is_main:
             write_json(self.run_dir / "summary.json", summary)
         return summary
-
-
-# -- helpers ----------------------------------------------------------------------------------------
-
-
-def _inside(p: str | Path, folder: Path) -> bool:
-    try:
-        Path(p).resolve().relative_to(folder.resolve())
-        return True
-    except ValueError:
-        return False

@@ -129,6 +129,15 @@ def _m0_state(run_dir: Path, config: SelfTrainConfig, base: ModelState) -> Model
     return base if path is None else bootstrapped_m0(config, path)
 
 
+def run_relative(run_dir: Path, p: str | Path) -> str:
+    """A path as a run's files record it: relative to the run folder when inside it, else as given
+    (the inverse of `_in_run`)."""
+    try:
+        return str(Path(p).resolve().relative_to(Path(run_dir).resolve()))
+    except ValueError:
+        return str(p)
+
+
 def _in_run(run_dir: Path, p: str) -> Path:
     """A path as a run's files record it: relative to the run folder unless absolute."""
     return Path(p) if Path(p).is_absolute() else run_dir / p
