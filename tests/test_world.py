@@ -274,3 +274,15 @@ def test_tiny_world_still_has_every_kind_of_question():
     assert set(hops) == {1, 2, 3, 4}
     with pytest.raises(ValueError):
         make_world(0, scale=0)
+
+
+def test_world_facts_hold_every_gold_triple_once():
+    from knowtrace_train.data.world import make_world, world_facts
+
+    world = make_world(seed=0)
+    facts = world_facts(world.kb)
+    assert len(facts) == len(set(facts))
+    # functional: one object per (subject, relation)
+    assert len({(s, r) for s, r, _ in facts}) == len(facts)
+    gold = {tuple(t) for items in world.splits.values() for it in items for t in it.evidence.triples}
+    assert gold <= set(facts)

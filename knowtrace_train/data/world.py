@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from knowtrace_train.data.schema import Passage, QAItem
-from knowtrace_train.data.world_kb import KnowledgeBase, build_kb
+from knowtrace_train.data.world_kb import RELATIONS, KnowledgeBase, build_kb, object_name
 from knowtrace_train.data.world_passages import write_passages
 from knowtrace_train.data.world_questions import QuestionMaker
 from knowtrace_train.io import write_jsonl
@@ -47,6 +47,17 @@ class World:
                 "by_type": dict(sorted(Counter(it.type for it in items).items())),
             }
         return out
+
+
+def world_facts(kb: KnowledgeBase) -> list[tuple[str, str, str]]:
+    """Every fact of the world as a (subject, relation, object) triple, named as gold triples name
+    them (canonical names; years as digits), in entity order: the world's knowledge graph, for
+    methods that answer over a graph (DoG) or turn one into text (MINTQA)."""
+    out = []
+    for e in kb.entities:
+        for name, value in e.facts.items():
+            out.append((e.name, name, object_name(kb, RELATIONS[(e.kind, name)], value)))
+    return out
 
 
 def make_world(
