@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -428,3 +429,41 @@ def test_prompt_ids_are_the_generation_backends(real_tokenizer):
         preparer = prepare.PromptPreparer(real_tokenizer, fmt, 8192, False, prepare.RoleAdapters({}))
         for p in prompts:
             assert render_prompt_ids(real_tokenizer, p, fmt) == preparer.encode(p)
+
+
+# -- stopping where the loss has flattened ------------------------------------------------------------------------
+
+
+def test_loss_flattened_compares_the_last_window_with_the_one_before():
+    # windows of 2: means 1.0 -> 0.5 (a 50% drop) is not flat; 0.5 -> 0.475 (5%) is flat under a 10% rule
+    assert not train_mod.loss_flattened([1.2, 0.8, 0.6, 0.4], 2, 0.1)
+    assert train_mod.loss_flattened([0.6, 0.4, 0.5, 0.45], 2, 0.1)
+    assert not train_mod.loss_flattened([0.6, 0.4, 0.5, 0.45], 2, 0.01)  # 5% is a drop under a 1% rule
+    assert train_mod.loss_flattened([0.3, 0.3, 0.35, 0.31], 2, 0.1)  # a rise is flat too
+    # exactly the threshold: 1.0 -> 0.9 is a 10% drop, which is enough
+    assert not train_mod.loss_flattened([1.0, 0.9], 1, 0.1)
+    assert not train_mod.loss_flattened([0.5, 0.5, 0.5], 2, 0.1)  # fewer than two windows: not yet
+    assert not train_mod.loss_flattened([], 0, 0.1)
+
+
+@pytest.mark.parametrize("field, value, match", [
+    ("plateau_steps", -1, "plateau_steps"), ("plateau_steps", 7, "multiple of logging_steps"),
+    ("plateau_min_drop", 0.0, "plateau_min_drop"), ("plateau_min_drop", 1.0, "plateau_min_drop"),
+])
+def test_plateau_settings_are_checked(field, value, match):
+    with pytest.raises(ValueError, match=match):
+        LoraTrainConfig(**{field: value})
+
+
+def test_training_stops_where_the_loss_is_flat_and_records_the_step(tiny_model_dir, tmp_path):
+    # one record repeated, no dropout, a negligible rate: the loss is the same every step, so the rule
+    # (windows of 2 logged steps) stops at step 4 of the 16 planned
+    same = [dict(_records(1)[0]) for _ in range(16)]
+    config = LoraTrainConfig(rank=4, dropout=0.0, learning_rate=1e-9, per_device_batch_size=1, epochs=1,
+                             logging_steps=1, plateau_steps=2, plateau_min_drop=0.1)
+    result = train_role(tiny_model_dir, same, tmp_path / "a", config, role="complete")
+    assert (result.steps, result.plateau_stop_step) == (4, 4)
+    assert read_training_info(tmp_path / "a")["result"]["plateau_stop_step"] == 4
+    # off (the default for every iteration's adapters): all 16 steps
+    full = train_role(tiny_model_dir, same, tmp_path / "b", dataclasses.replace(config, plateau_steps=0), role="complete")
+    assert (full.steps, full.plateau_stop_step) == (16, None)

@@ -430,6 +430,7 @@ class SelfTrain(Bootstrap, Reuse):
             "loss": res.train_loss,
             "losses": list(res.losses),
             "steps": res.steps,
+            "plateau_stop_step": res.plateau_stop_step,
             "tokens": res.tokens,
             "tokens_per_second": res.tokens_per_second,
             "train_seconds": res.seconds,

@@ -66,6 +66,15 @@ class LoraTrainConfig:
         metadata={"help": "'chat' (prompt as the user turn of the chat template) or 'plain'; same as the generator's."},
     )
     max_steps: int = field(default=-1, metadata={"help": "Stop after this many optimizer steps (-1: all epochs)."})
+    plateau_steps: int = field(
+        default=0,
+        metadata={"help": (
+            "Stop where the loss has flattened: once the mean logged loss of the last plateau_steps optimizer steps "
+            "fell by less than plateau_min_drop from the plateau_steps before (0: off; a multiple of logging_steps).")},
+    )
+    plateau_min_drop: float = field(
+        default=0.1, metadata={"help": "Relative drop of the windowed mean loss below which training counts as flat."}
+    )
 
     def __post_init__(self) -> None:
         def bad(name: str, why: str) -> ValueError:
@@ -92,6 +101,12 @@ class LoraTrainConfig:
             raise bad("logging_steps", "must be a positive integer")
         if self.max_steps == 0 or self.max_steps < -1:
             raise bad("max_steps", "must be -1 (all epochs) or a positive integer")
+        if not isinstance(self.plateau_steps, int) or self.plateau_steps < 0:
+            raise bad("plateau_steps", "must be 0 (off) or a positive integer")
+        if self.plateau_steps % self.logging_steps:
+            raise bad("plateau_steps", f"must be a multiple of logging_steps ({self.logging_steps}): it is read from the logged losses")
+        if not 0.0 < self.plateau_min_drop < 1.0:
+            raise bad("plateau_min_drop", "must be in (0, 1)")
         if isinstance(self.target_modules, (list, tuple)):
             self.target_modules = [str(m) for m in self.target_modules]
             if not self.target_modules:

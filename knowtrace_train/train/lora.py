@@ -56,6 +56,8 @@ class TrainResult:
     effective_batch_size: int = 0
     gradient_accumulation_steps: int = 0
     processes: int = 1
+    #: the optimizer step where `plateau_steps` found the loss flat and stopped training (None: trained to the end)
+    plateau_stop_step: int | None = None
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -288,6 +290,45 @@ def counting_trainer_class():
     return CountingSFTTrainer
 
 
+def loss_flattened(losses: Sequence[float], window: int, min_drop: float) -> bool:
+    """Whether the last `window` logged losses' mean fell by less than `min_drop` (relative) from the mean of
+    the `window` before: the training loss has flattened. Fewer than 2 x window losses: not yet."""
+    if window < 1 or len(losses) < 2 * window:
+        return False
+    last = sum(losses[-window:]) / window
+    before = sum(losses[-2 * window:-window]) / window
+    return last > (1.0 - min_drop) * before
+
+
+def plateau_callback(config: LoraTrainConfig):
+    """A TrainerCallback that stops training where `loss_flattened` holds over `config.plateau_steps` steps. It
+    reads the losses the Trainer logs every `logging_steps` (averaged over those steps and gathered over all
+    processes, so every data-parallel process stops at the same step); the first-step log is left out."""
+    from transformers import TrainerCallback
+
+    window = config.plateau_steps // config.logging_steps
+
+    class StopOnPlateau(TrainerCallback):
+        def __init__(self) -> None:
+            self.losses: list[float] = []
+            self.stopped_at: int | None = None
+
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            if not logs or "loss" not in logs or state.global_step % config.logging_steps:
+                return control
+            self.losses.append(float(logs["loss"]))
+            if self.stopped_at is None and loss_flattened(self.losses, window, config.plateau_min_drop):
+                self.stopped_at = state.global_step
+                control.should_training_stop = True
+                logger.info("the loss has flattened at step %d (mean of the last %d steps %.4f, of the %d before %.4f): "
+                            "stopping", state.global_step, config.plateau_steps,
+                            sum(self.losses[-window:]) / window, config.plateau_steps,
+                            sum(self.losses[-2 * window:-window]) / window)
+            return control
+
+    return StopOnPlateau()
+
+
 def sft_args(config: LoraTrainConfig, precision: str, device: str, output_dir: str):
     """TRL's SFTConfig for our settings (everything that differs from TRL's defaults is set here)."""
     from trl import SFTConfig
@@ -378,6 +419,9 @@ def train_role(
             processing_class=tokenizer,
             peft_config=lora_config(config),
         )
+        plateau = plateau_callback(config) if config.plateau_steps else None
+        if plateau is not None:
+            trainer.add_callback(plateau)
         if trainer.accelerator.num_processes != launched_processes():
             raise RuntimeError(
                 f"accelerate runs {trainer.accelerator.num_processes} processes but WORLD_SIZE says "
@@ -410,6 +454,7 @@ def train_role(
             * trainer.accelerator.num_processes,
             gradient_accumulation_steps=args.gradient_accumulation_steps,
             processes=trainer.accelerator.num_processes,
+            plateau_stop_step=None if plateau is None else plateau.stopped_at,
         )
         logger.info(
             "role %s: loss %.4f over %d steps, %d tokens in %.1f s (%.1f tokens/s)",
