@@ -265,6 +265,17 @@ def test_loop_two_iterations_on_the_tiny_model(tmp_path, tiny_model_dir):
     assert out.stat().st_size > 1000 and "iter" in r.stdout
     assert json.loads(r.stdout.strip().splitlines()[-1])["figure"] == str(out)
 
+    # the stage-time benchmark reads the run's phases (summary.json) and the bootstrap's training markers
+    r = subprocess.run([sys.executable, str(REPO / "scripts" / "bench_selftrain.py"), "--read", str(d), str(d)],
+                       capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    bench = json.loads(r.stdout.strip().splitlines()[-1])
+    times = bench["runs"][0]
+    assert times["phases"] == {k: summary["seconds"][k] for k in times["phases"]}
+    assert times["base_eval_seconds"] == round(json.loads((d / "base" / "DONE.eval").read_text())["seconds"], 1) > 0
+    assert times["bootstrap_train"]["bootstrap"]["steps"] == 1 and times["bootstrap_train"]["bootstrap"]["plateau_stop_step"] is None
+    assert all(v == 1.0 for v in bench["ratios"].values() if v is not None) and "| bootstrap |" in r.stdout
+
 
 def test_eval_files_of_other_questions_are_not_paired(tmp_path, caplog):
     """The loop's paired tests read two eval.jsonl files; files of other questions are refused (and
