@@ -18,6 +18,7 @@ from knowtrace_train.trajectory import ModelCall, Trajectory
 from backtrace_fixtures import ANSWER, T_EDUCATED, T_INDUSTRIALIST, T_WROTE, appendix_f, random_trajectory
 
 REPO = Path(__file__).resolve().parents[1]
+WORLD_DEV_0 = json.loads((REPO / "data/world/dev.jsonl").read_text(encoding="utf-8").split("\n", 1)[0])
 XSS = "</script><img src=x onerror=\"window.__pwned=1\"><script>window.__pwned=2</script>"
 
 
@@ -75,7 +76,9 @@ def make_run(root: Path, name: str = "toy_backtrace", mode: str = "backtrace", f
         "  corpus:\n    source: file\n    path: data/world/corpus.jsonl\nstrategy:\n  name: knowtrace\n  path_rule: backward\n",
         encoding="utf-8")
     (d / "base" / "metrics.json").write_text(json.dumps(_metrics("base", 0.05)))
-    _write(d / "base" / "eval.jsonl", [random_trajectory(s) for s in range(3)])
+    base = [random_trajectory(s) for s in range(3)]
+    base[0].question_id = WORLD_DEV_0["id"]  # its hops and kind come from the run's data files
+    _write(d / "base" / "eval.jsonl", base)
     (d / "iter_0").mkdir()
     (d / "iter_0" / "metrics.json").write_text(json.dumps(_metrics(0, 0.25)))
     _write(d / "iter_0" / "eval.jsonl", [appendix_f(), no_graph_trajectory()])
@@ -151,6 +154,8 @@ def test_collect_reads_a_running_run_and_notes_what_is_missing_or_bad(run_dir):
     assert f["calls"][2]["dropped_all"] and not f["calls"][1]["dropped_all"]
     # hop counts come from the run's data files (world questions) where the id is there; the passages
     # of the bundled corpus are looked up by id
+    assert [(q["hops"], q["kind"]) for q in qs if q["question_id"] == WORLD_DEV_0["id"]] == [
+        (WORLD_DEV_0["hops"], WORLD_DEV_0["type"])]
     chain = next(q for q in qs if q["id"] == "chain-1")
     assert chain["graph"] is None and chain["explain"] is None and "not registered" in chain["explain_note"]
     assert [c["role"] for c in chain["calls"]] == ["chain", "answer"]
@@ -248,6 +253,14 @@ def test_the_page_renders_runs_side_by_side_and_a_clicked_question_with_its_grap
     browser.click("header nav a[href='#questions']")
     browser.eval("new Promise(r => setTimeout(r, 50))")
     assert browser.eval("document.querySelectorAll('.qrow').length") == 18
+    # the filters: incorrect answers only (the hostile rollout of each run), then one hop count
+    def pick(name: str, value: str) -> int:
+        browser.eval(f"""(() => {{ const s = document.querySelector('select[data-filter={name}]'); s.value = {json.dumps(value)};
+            s.dispatchEvent(new Event('change')); }})()""")
+        return browser.eval("document.querySelectorAll('.qrow').length")
+
+    assert pick("correct", "false") == 2 and pick("correct", "") == 18
+    assert pick("hops", str(WORLD_DEV_0["hops"])) == 2 and pick("hops", "") == 18
     key = browser.eval("""[...document.querySelectorAll('.qrow')].find(r => r.textContent.includes('rioting')
         && r.textContent.includes('rollouts')).dataset.key""")
     browser.click(f".qrow[data-key='{key}']")

@@ -17,7 +17,7 @@ from typing import Any, Iterator
 
 from knowtrace_train.report import em_cell, interval_bounds, p_text
 from knowtrace_train.report_html.questions import question_entry
-from knowtrace_train.trajectory import Trajectory
+from knowtrace_train.trajectory import TRAJECTORY_LINE_ERRORS, Trajectory, trajectory_from_line
 
 log = logging.getLogger(__name__)
 
@@ -34,11 +34,8 @@ def read_trajectory_file(path: Path, notes: list[str]) -> list[Trajectory]:
         if not line.strip():
             continue
         try:
-            obj = json.loads(line)
-            if not isinstance(obj, dict):
-                raise ValueError(f"expected a JSON object, got {type(obj).__name__}")
-            out.append(Trajectory.from_dict(obj))
-        except (ValueError, TypeError, KeyError, AttributeError) as e:
+            out.append(trajectory_from_line(line))
+        except TRAJECTORY_LINE_ERRORS as e:
             notes.append(f"{path}:{i}: not a trajectory, skipped ({str(e)[:200]})")
     return out
 
