@@ -249,16 +249,21 @@ def test_the_page_renders_runs_side_by_side_and_a_clicked_question_with_its_grap
     assert browser.eval("document.querySelectorAll('.chart svg polyline').length") == 4
     assert "iteration 3: missing" in browser.eval("document.querySelector('.run .notes').textContent")
     browser.screenshot(artifacts / "report_runs.png")
-    # into the questions list, then a real click on the backtraced Appendix F rollout
+    # a run's trajectory set links to the list filtered to it; the nav link lists everything
+    browser.click("a[href='#questions&set=0:2']")  # toy_backtrace, iteration 1 rollouts
+    browser.eval("new Promise(r => setTimeout(r, 50))")
+    assert browser.eval("document.querySelectorAll('.qrow').length") == 2
+    browser.click("header nav a[href='#runs']")
     browser.click("header nav a[href='#questions']")
     browser.eval("new Promise(r => setTimeout(r, 50))")
-    assert browser.eval("document.querySelectorAll('.qrow').length") == 18
+    assert browser.eval("document.querySelectorAll('.qrow').length") == 2  # the set filter stays until changed
     # the filters: incorrect answers only (the hostile rollout of each run), then one hop count
     def pick(name: str, value: str) -> int:
         browser.eval(f"""(() => {{ const s = document.querySelector('select[data-filter={name}]'); s.value = {json.dumps(value)};
             s.dispatchEvent(new Event('change')); }})()""")
         return browser.eval("document.querySelectorAll('.qrow').length")
 
+    assert pick("set", "") == 18
     assert pick("correct", "false") == 2 and pick("correct", "") == 18
     assert pick("hops", str(WORLD_DEV_0["hops"])) == 2 and pick("hops", "") == 18
     key = browser.eval("""[...document.querySelectorAll('.qrow')].find(r => r.textContent.includes('rioting')

@@ -95,7 +95,7 @@
       notes(run.notes),
       h("div", { id: "run-table-" + run.index }, runTable(run)),
       h("h3", {}, "Trajectories"),
-      h("ul", {}, (run.sets || []).map((st, i) => h("li", {}, h("a", { href: `#questions&run=${run.index}&set=${i}` }, st.label), ` (${st.n})`, st.note ? h("span", { class: "err" }, " " + st.note) : null))),
+      h("ul", {}, (run.sets || []).map((st, i) => h("li", {}, h("a", { href: `#questions&set=${run.index}:${i}` }, st.label), ` (${st.n})`, st.note ? h("span", { class: "err" }, " " + st.note) : null))),
       run.config_text !== null && run.config_text !== undefined ? h("details", {}, h("summary", {}, "config.yaml (the config the run used)"), h("pre", {}, run.config_text)) : h("p", { class: "empty" }, "No config recorded.")))));
     const withRows = runs.filter((r) => r.rows && r.rows.length);
     if (withRows.length) {
@@ -165,7 +165,7 @@
       const d = self ? `M ${ax} ${ay - NH / 2} c 40 -50 80 -10 ${NW / 2 - 10} ${NH / 2 - 4}` : `M ${ax} ${ay} Q ${mx} ${my} ${ex} ${ey}`;
       grp.appendChild(s("path", { d, fill: "none", stroke: e.evidence ? "#1f9d55" : e.dropped ? "#c88" : "#8a93a6", "stroke-width": e.evidence ? 3 : 1.3, "stroke-dasharray": e.dropped ? "5 4" : null, "marker-end": `url(#${e.evidence ? "arrow-ev" : "arrow"})` }));
       const lx = self ? ax + 30 : (ax + 2 * mx + bx) / 4, ly = self ? ay - NH / 2 - 24 : (ay + 2 * my + by) / 4;
-      const lab = s("text", { x: lx, y: ly - 3, "text-anchor": "middle", "font-size": 10, fill: e.evidence ? "#146c3a" : e.dropped ? "#a55" : "#4a5366", "text-decoration": e.dropped ? "line-through" : null, "font-weight": e.evidence ? 600 : null }, cut(e.relation, 30));
+      const lab = s("text", { x: lx, y: ly - 3, "text-anchor": "middle", "font-size": 10, fill: e.evidence ? "#146c3a" : e.dropped ? "#a55" : "#4a5366", "text-decoration": e.dropped ? "line-through" : null, "font-weight": e.evidence ? 600 : null, stroke: "#fcfcfe", "stroke-width": 3, "paint-order": "stroke" }, cut(e.relation, 30));
       grp.appendChild(lab);
       grp.appendChild(s("title", {}, `(${e.subject}; ${e.relation}; ${e.object})  round ${e.round}, call ${e.call}` + (e.evidence ? " · evidence" : "") + (e.dropped ? " · dropped by the filters" : "")));
       svg.appendChild(grp);
@@ -188,7 +188,7 @@
   function filtered() {
     const t = state.text.toLowerCase();
     return DATA.questions.filter((q) => (state.run === "" || String(q.run) === state.run)
-      && (state.set === "" || String(q.set) === state.set)
+      && (state.set === "" || `${q.run}:${q.set}` === state.set)
       && (state.correct === "" || String(q.correct) === state.correct)
       && (state.dataset === "" || q.dataset === state.dataset)
       && (state.hops === "" || String(q.hops) === state.hops)
@@ -210,7 +210,7 @@
     if (!list) return;
     list.textContent = "";
     const qs = filtered();
-    document.getElementById("qcount").textContent = `${qs.length} of ${DATA.questions.length} trajectories`;
+    document.getElementById("qcount").textContent = `${qs.length} of ${DATA.questions.length} trajectories` + (qs.length > 2000 ? " (the first 2000 listed: filter to see the rest)" : "");
     qs.slice(0, 2000).forEach((q) => list.appendChild(h("div", { class: "qrow" + (state.q === q.key ? " sel" : ""), "data-key": q.key, onclick: () => { location.hash = "q=" + q.key; } },
       h("span", { class: "badge " + (q.correct ? "ok" : "bad") }, q.correct ? "✓" : "✗"), cut(q.question, 110),
       h("div", { class: "meta" }, [setLabel(q), q.dataset, q.hops !== null ? q.hops + " hops" : null, q.graph ? null : "no graph"].filter(Boolean).join(" · ")))));
@@ -271,7 +271,7 @@
     const sets = DATA.runs.flatMap((r) => (r.sets || []).map((st, i) => [r.index, i, (DATA.runs.length > 1 ? r.name + " · " : "") + st.label]));
     const search = h("input", { type: "search", placeholder: "search question, id, answer", value: state.text, "aria-label": "search" });
     search.addEventListener("input", () => { state.text = search.value; renderList(); });
-    const setSel = select("set", "set", sets.filter((x) => state.run === "" || String(x[0]) === state.run).map(([, i, l]) => [i, l]));
+    const setSel = select("set", "set", sets.map(([r, i, l]) => [`${r}:${i}`, l]));
     const left = h("div", { class: "qlist" }, h("div", { class: "filters" }, search,
       DATA.runs.length > 1 ? select("run", "run", DATA.runs.map((r) => [r.index, r.name])) : null, setSel,
       select("answer", "correct", [["true", "correct"], ["false", "incorrect"]]), select("dataset", "dataset", datasets.map((d) => [d, d])), select("hops", "hops", hops.map((x) => [x, x + " hops"]))),
@@ -287,7 +287,7 @@
     const params = new URLSearchParams(hash.replace(/^[a-z]+(&|$)/, ""));
     let view = "runs";
     if (hash.startsWith("q=")) { view = "questions"; state.q = Number(new URLSearchParams(hash).get("q")); }
-    else if (hash.startsWith("questions")) { view = "questions"; if (params.has("run")) state.run = params.get("run"); if (params.has("set")) state.set = params.get("set"); }
+    else if (hash.startsWith("questions")) { view = "questions"; if (params.has("set")) { state.set = params.get("set"); state.run = ""; } }
     const app = document.getElementById("app");
     app.textContent = "";
     app.appendChild(h("header", {}, h("h1", {}, DATA.title), h("nav", {}, h("a", { href: "#runs", class: view === "runs" ? "active" : "" }, "Runs"), h("a", { href: "#questions", class: view === "questions" ? "active" : "" }, `Questions (${DATA.questions.length})`)), h("span", { class: "gen" }, "generated " + DATA.generated)));
