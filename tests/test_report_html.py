@@ -85,7 +85,9 @@ def make_run(root: Path, name: str = "toy_backtrace", mode: str = "backtrace", f
     (d / "iter_1").mkdir()
     (d / "iter_1" / "metrics.json").write_text(json.dumps(_metrics(1, 0.3, fa=0.31 if mode == "backtrace" else 0.0)))
     _write(d / "iter_1" / "rollouts.jsonl", [appendix_f(), xss_trajectory()], ["{not json", '{"id": 3}'])
-    _write(d / "iter_1" / "eval.jsonl", [random_trajectory(7)])
+    odd = random_trajectory(8).to_dict()
+    odd["wall_time"] = "slow"  # parses, but no figure can be made of it
+    _write(d / "iter_1" / "eval.jsonl", [random_trajectory(7)], [json.dumps(odd)])
     (d / "iter_2" / "rollouts.jsonl.parts").mkdir(parents=True)
     (d / "iter_2" / "DONE.rollout_started").write_text("{}")
     _write(d / "iter_2" / "rollouts.jsonl.parts" / "00000.jsonl", [random_trajectory(9)])
@@ -137,6 +139,7 @@ def test_collect_reads_a_running_run_and_notes_what_is_missing_or_bad(run_dir):
     assert "no summary.json" in notes and not run["finished"]
     assert "iteration 2: no metrics.json yet (in progress" in notes
     assert "iteration 3: missing" in notes
+    assert "M1 · dev: trajectory 'r8' cannot be shown" in notes
     assert re.search(r"rollouts.jsonl:3: not a trajectory", notes) and "rollouts.jsonl:4" in notes
     labels = [(s["label"], s["n"], s["note"]) for s in run["sets"]]
     assert ("iteration 2 · rollouts (train)", 1, "in progress: 1 chunk(s) of rollouts.jsonl written so far") in labels

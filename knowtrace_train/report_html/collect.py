@@ -121,6 +121,13 @@ def table_entry(m: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _add_row(rows: list[dict[str, Any]], m: dict[str, Any], path: Path, notes: list[str]) -> None:
+    try:
+        rows.append(table_entry(m))
+    except (TypeError, ValueError, AttributeError, KeyError) as e:
+        notes.append(f"{path}: figures not in the expected shape, row left out ({type(e).__name__}: {e})")
+
+
 def _iteration_dirs(run_dir: Path) -> list[int]:
     out = []
     for p in run_dir.glob("iter_*"):
@@ -167,14 +174,14 @@ def collect_run(run_dir: Path, index: int) -> tuple[dict[str, Any], list[tuple[s
     rows = []
     base = _read_json(run_dir / "base" / "metrics.json", notes)
     if base is not None:
-        rows.append(table_entry(base))
+        _add_row(rows, base, run_dir / "base" / "metrics.json", notes)
     elif config.get("eval_base", True):
         notes.append("base: no metrics.json (not evaluated yet)")
     for z in sorted(set(iterations) | set(range(0, (planned or 0) + 1))):
         folder = run_dir / f"iter_{z}"
         m = _read_json(folder / "metrics.json", notes)
         if m is not None:
-            rows.append(table_entry(m))
+            _add_row(rows, m, folder / "metrics.json", notes)
         elif folder.is_dir():
             notes.append(f"iteration {z}: no metrics.json yet (in progress; {_stage_state(folder)})")
         else:
@@ -253,5 +260,10 @@ def collect(paths: list[str | Path], data_files: list[str | Path] = (), corpus: 
         lookups.add_corpus(Path(corpus))
     wanted = {pid for _, _, t in questions for c in t.calls for pid in c.passage_ids}
     passages = lookups.passages(wanted)
-    entries = [question_entry(k, run, s, t, lookups) for k, (run, s, t) in enumerate(questions)]
+    entries = []
+    for run, s, t in questions:
+        try:
+            entries.append(question_entry(len(entries), run, s, t, lookups))
+        except Exception as e:  # noqa: BLE001 - one record the page cannot draw is a note, never the end
+            run["notes"].append(f"{run['sets'][s]['label']}: trajectory {t.id!r} cannot be shown ({type(e).__name__}: {e})")
     return {"runs": runs, "questions": entries, "passages": passages, "notes": lookups.notes}

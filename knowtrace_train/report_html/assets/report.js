@@ -154,7 +154,7 @@
       const ax = x1 + NW / 2, ay = y1 + NH / 2, bx = x2 + NW / 2, by = y2 + NH / 2;
       const self = e.s === e.o;
       const dx = bx - ax, dy = by - ay, len = Math.hypot(dx, dy) || 1;
-      const bend = (n % 2 ? -1 : 1) * Math.ceil(n / 2) * 26 + (Math.abs(dx) < 1 ? 60 : 0);
+      const bend = (n % 2 ? -1 : 1) * Math.ceil(n / 2) * 40 + (Math.abs(dx) < 1 ? 60 : 0);
       const mx = (ax + bx) / 2 - (dy / len) * bend, my = (ay + by) / 2 + (dx / len) * bend;
       // end the arrow at the box's border
       const tx = bx - mx, ty = by - my, tl = Math.hypot(tx, ty) || 1;
