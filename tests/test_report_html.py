@@ -164,6 +164,11 @@ def test_collect_reads_a_running_run_and_notes_what_is_missing_or_bad(run_dir):
     assert [c["role"] for c in chain["calls"]] == ["chain", "answer"]
 
 
+def test_a_star_run_says_that_the_struck_items_are_what_backtracing_would_drop(tmp_path):
+    qs = collect([make_run(tmp_path, "toy_star", "star")])["questions"]
+    assert all("mode is star" in q["explain_note"] for q in qs if q["strategy"] == "knowtrace")
+
+
 def test_collect_reads_a_bare_trajectory_file_and_a_missing_path(tmp_path):
     f = tmp_path / "eval.jsonl"
     _write(f, [appendix_f(), random_trajectory(1)], ["garbage"])

@@ -125,8 +125,14 @@ class Lookups:
             method = get_method(traj.strategy)
         except ValueError:
             return None, f"method {traj.strategy!r} is not registered here: the graph and calls as recorded"
+        mode = run.get("mode")
+        rationalizers = method.rationalizers()
+        why = None
+        if mode and mode in rationalizers and mode != "backtrace" and "backtrace" in rationalizers:
+            why = (f"this run's mode is {mode}: it trains on what its {mode} rationalizer keeps; the highlights "
+                   "are what backtracing would keep and drop")
         try:
-            return method.explain(traj, self._strategy_config(run, method)), None
+            return method.explain(traj, self._strategy_config(run, method)), why
         except Exception as e:  # noqa: BLE001 - one trajectory's trouble never stops the report
             log.warning("explaining %s failed: %s", traj.id, e)
             return None, f"{method.name} could not explain this trajectory ({type(e).__name__}: {str(e)[:200]})"
