@@ -79,7 +79,7 @@
       h("td", { class: "num" }, r.rollout || "-"),
       h("td", { class: "num" }, fmt(r.fa_ratio)),
       roles.map((k) => h("td", { class: "num" }, fmt((r.fa_by_role || {})[k]))),
-      recRoles.map((k) => h("td", { class: "num" }, fmt((r.records || {})[k]))),
+      recRoles.map((k) => h("td", { class: "num" }, fmt((r.records || {})[k], 0))),
       h("td", { class: "num", title: Object.entries(r.seconds).map(([k, v]) => `${k} ${v}s`).join(", ") }, fmt(r.seconds_total, 0))));
     const starred = run.rows.some((r) => r.interval_note);
     return h("div", { style: "overflow-x:auto" }, h("table", { class: "run-table" }, h("thead", {}, h("tr", {}, head.map((c) => h("th", {}, c)))), h("tbody", {}, body)),
