@@ -129,7 +129,7 @@
         cols[d].forEach((k, i) => pos.set(k, i));
       }
     }
-    const CW = 250, RH = 64, rows = Math.max(...cols.map((c) => c.length));
+    const CW = 290, RH = 64, rows = Math.max(...cols.map((c) => c.length));
     const xy = new Map();
     cols.forEach((c, d) => c.forEach((k, i) => xy.set(k, [20 + d * CW, 30 + (i + (rows - c.length) / 2) * RH])));
     return { xy, width: 40 + cols.length * CW, height: 40 + rows * RH };
@@ -146,7 +146,7 @@
       defs.appendChild(m);
     });
     svg.appendChild(defs);
-    const seen = new Map();
+    const seen = new Map(), placed = [];
     g.edges.forEach((e) => {
       const [x1, y1] = xy.get(e.s), [x2, y2] = xy.get(e.o);
       const pairKey = [e.s, e.o].sort().join("\u0000");
@@ -164,7 +164,12 @@
       const grp = s("g", { class: cls, "data-i": e.i });
       const d = self ? `M ${ax} ${ay - NH / 2} c 40 -50 80 -10 ${NW / 2 - 10} ${NH / 2 - 4}` : `M ${ax} ${ay} Q ${mx} ${my} ${ex} ${ey}`;
       grp.appendChild(s("path", { d, fill: "none", stroke: e.evidence ? "#1f9d55" : e.dropped ? "#c88" : "#8a93a6", "stroke-width": e.evidence ? 3 : 1.3, "stroke-dasharray": e.dropped ? "5 4" : null, "marker-end": `url(#${e.evidence ? "arrow-ev" : "arrow"})` }));
-      const lx = self ? ax + 30 : (ax + 2 * mx + bx) / 4, ly = self ? ay - NH / 2 - 24 : (ay + 2 * my + by) / 4;
+      const lx = self ? ax + 30 : (ax + 2 * mx + bx) / 4;
+      let ly = self ? ay - NH / 2 - 24 : (ay + 2 * my + by) / 4;
+      // nudge the label off the labels placed before it (greedy, a few steps of one line)
+      const lw = 5.6 * Math.min(e.relation.length, 30);
+      for (let step = 0; step < 8 && placed.some(([px, py, pw]) => Math.abs(px - lx) < (pw + lw) / 2 && Math.abs(py - ly) < 12); step++) ly += 12;
+      placed.push([lx, ly, lw]);
       const lab = s("text", { x: lx, y: ly - 3, "text-anchor": "middle", "font-size": 10, fill: e.evidence ? "#146c3a" : e.dropped ? "#a55" : "#4a5366", "text-decoration": e.dropped ? "line-through" : null, "font-weight": e.evidence ? 600 : null, stroke: "#fcfcfe", "stroke-width": 3, "paint-order": "stroke" }, cut(e.relation, 30));
       grp.appendChild(lab);
       grp.appendChild(s("title", {}, `(${e.subject}; ${e.relation}; ${e.object})  round ${e.round}, call ${e.call}` + (e.evidence ? " · evidence" : "") + (e.dropped ? " · dropped by the filters" : "")));
