@@ -4,8 +4,8 @@
     python scripts/report.py runs/selftrain_default runs/selftrain_star --out runs/compare.html   # side by side
     python scripts/report.py runs/eval/world_dev.jsonl --data data/world/dev.jsonl --corpus data/world/corpus.jsonl
 
-Each path is a run folder of recipes/selftrain.py (finished or running) or a trajectory JSONL file of
-any method. The page reads records only; it needs no network when it is viewed. Open a question with
+Each path is a run folder of recipes/selftrain.py (finished or running), a trajectory JSONL file of
+any method, or a folder of such files (runs/eval/). The page reads records only; it needs no network when it is viewed. Open a question with
 `report.html#q=<n>`. A bad record, a missing iteration or a run in progress is said on the page; the
 script goes on. The last line printed is one JSON object.
 """
@@ -25,7 +25,7 @@ from knowtrace_train.report_html import write_report  # noqa: E402
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("paths", nargs="+", metavar="RUN_OR_ROLLOUTS", help="run folders and/or trajectory JSONL files")
+    parser.add_argument("paths", nargs="+", metavar="RUN_OR_ROLLOUTS", help="run folders, trajectory JSONL files, folders of them")
     parser.add_argument("--out", default="report.html", help="the HTML file to write")
     parser.add_argument("--data", action="append", default=[], help="question file(s) for hop counts (a run's own are read from its config)")
     parser.add_argument("--corpus", default=None, help="corpus JSONL for passage texts (a run's own is read from its config)")

@@ -176,6 +176,10 @@ def test_collect_reads_a_bare_trajectory_file_and_a_missing_path(tmp_path):
     assert [r["kind"] for r in model["runs"]] == ["file", "missing"]
     assert len(model["questions"]) == 2 and any("not a trajectory" in n for n in model["runs"][0]["notes"])
     assert "neither a run folder" in model["runs"][1]["notes"][0]
+    # a folder of trajectory files (recipes/evaluate.py's runs/eval/) stands for its files
+    _write(tmp_path / "more" / "b.jsonl", [random_trajectory(2)])
+    _write(tmp_path / "more" / "a.jsonl", [random_trajectory(3)])
+    assert [r["name"] for r in collect([tmp_path / "more"])["runs"]] == ["a.jsonl", "b.jsonl"]
 
 
 def test_hops_and_passages_come_from_the_data_and_corpus_files(tmp_path):

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from knowtrace_train.report import em_cell, interval_bounds, p_text
+from knowtrace_train.report_html.lookups import Lookups
 from knowtrace_train.report_html.questions import question_entry
 from knowtrace_train.trajectory import TRAJECTORY_LINE_ERRORS, Trajectory, trajectory_from_line
 
@@ -229,23 +230,30 @@ def is_run_folder(path: Path) -> bool:
     return path.is_dir() and any((path / n).exists() for n in ("config.yaml", "base", "iter_0", "summary.json"))
 
 
+def expand_paths(paths: list[str | Path]) -> list[Path]:
+    """Run folders and files as given; a folder that is no run folder (runs/eval/) stands for its *.jsonl files."""
+    out: list[Path] = []
+    for raw in paths:
+        path = Path(raw)
+        files = sorted(path.glob("*.jsonl")) if path.is_dir() and not is_run_folder(path) else []
+        out += files or [path]
+    return out
+
+
 def collect(paths: list[str | Path], data_files: list[str | Path] = (), corpus: str | Path | None = None
             ) -> dict[str, Any]:
     """The whole page model: runs (run view) and questions (question view) of every path."""
-    from knowtrace_train.report_html.lookups import Lookups
-
     runs, questions = [], []
     lookups = Lookups()
-    for i, raw in enumerate(paths):
-        path = Path(raw)
+    for i, path in enumerate(expand_paths(paths)):
         if is_run_folder(path):
             run, sets = collect_run(path, i)
-            lookups.add_run_inputs(run, path)
+            lookups.add_run_inputs(path)
         elif path.is_file():
             run, sets = collect_file(path, i)
         else:
             runs.append({"index": i, "dir": str(path), "kind": "missing", "name": path.name, "rows": [],
-                         "series": series([]), "notes": [f"{path}: neither a run folder nor a trajectory file"],
+                         "series": series([]), "notes": [f"{path}: neither a run folder nor a trajectory file (nor a folder of them)"],
                          "sets": [], "config_text": None})
             continue
         run["sets"] = []

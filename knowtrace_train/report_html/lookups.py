@@ -40,7 +40,8 @@ class Lookups:
         self._configs: dict[tuple[int, str], Any] = {}
 
     # -- question hops and kinds ---------------------------------------------------------------------
-    def add_run_inputs(self, run: dict[str, Any], run_dir: Path) -> None:
+    def add_run_inputs(self, run_dir: Path) -> None:
+        """The data files and the file corpus the run's config.yaml names."""
         import yaml
 
         try:
