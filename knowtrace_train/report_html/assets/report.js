@@ -226,6 +226,13 @@
     return h("div", { class: "passage" }, h("b", {}, p ? p.title : pid), p ? h("span", {}, " — " + cut(p.text, 400)) : h("span", { class: "empty" }, " (text not in the report: no corpus found)"));
   }
 
+  function answerLine(c) {
+    const p = c.parsed && typeof c.parsed === "object" ? c.parsed : {};
+    if (!p.answer && !p.thought) return null;
+    return h("div", { class: c.dropped_all ? "dropped" : "" }, p.thought ? h("div", {}, h("b", {}, "thought: "), String(p.thought)) : null,
+      p.answer ? h("div", {}, h("b", {}, "answer: "), String(p.answer)) : null);
+  }
+
   function callBox(c, q) {
     const items = c.items.length ? h("ul", { class: "items" }, c.items.map((it) => h("li", { class: it.dropped ? "dropped" : (q.explain && q.correct ? "kept" : "") }, it.text))) : null;
     return h("div", { class: "call" + (c.dropped_all ? " dropped-all" : ""), "data-call": c.index },
@@ -234,9 +241,10 @@
       c.pair ? h("div", {}, h("b", {}, "guidance pair: "), `${c.pair[0]}: ${c.pair[1]}`) : null,
       c.passage_ids.length ? h("details", {}, h("summary", {}, `${c.passage_ids.length} retrieved passage(s)`), c.passage_ids.map(passageBox)) : null,
       items,
+      answerLine(c),
       c.dropped_items.length ? h("div", {}, "removed by the filters: ", c.dropped_items.map((t) => h("span", { class: "dropped" }, t + " "))) : null,
       c.error ? h("div", { class: "err" }, "unusable: " + c.error) : null,
-      h("details", {}, h("summary", {}, "output"), h("pre", { class: "out" }, c.output)),
+      h("details", { open: !c.items.length && !answerLine(c) }, h("summary", {}, "output"), h("pre", { class: "out" }, c.output)),
       h("details", {}, h("summary", {}, "prompt"), h("pre", {}, c.prompt)));
   }
 
