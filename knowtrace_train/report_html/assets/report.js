@@ -129,10 +129,12 @@
         cols[d].forEach((k, i) => pos.set(k, i));
       }
     }
-    const CW = 290, RH = 64, rows = Math.max(...cols.map((c) => c.length));
+    // columns as wide as the view allows (labels need room between the boxes), scrolling beyond that
+    const CW = Math.max(210, Math.min(290, (window.innerWidth - 560 - 170) / Math.max(1, cols.length - 1)));
+    const RH = 64, rows = Math.max(...cols.map((c) => c.length));
     const xy = new Map();
     cols.forEach((c, d) => c.forEach((k, i) => xy.set(k, [20 + d * CW, 30 + (i + (rows - c.length) / 2) * RH])));
-    return { xy, width: 40 + cols.length * CW, height: 40 + rows * RH };
+    return { xy, width: 60 + (cols.length - 1) * CW + 170, height: 40 + rows * RH };
   }
 
   function graphSvg(g) {
