@@ -104,6 +104,18 @@ def is_correct(traj: Trajectory) -> bool:
     return bool(traj.prediction) and any(exact_match(traj.prediction or "", a) for a in traj.answers)
 
 
+#: what `trajectory_from_line` raises on a line that is no trajectory
+TRAJECTORY_LINE_ERRORS = (ValueError, TypeError, KeyError, AttributeError)
+
+
+def trajectory_from_line(line: str) -> Trajectory:
+    """One JSONL line as a Trajectory; one of TRAJECTORY_LINE_ERRORS where it is none."""
+    obj = json.loads(line)
+    if not isinstance(obj, dict):
+        raise ValueError(f"expected a JSON object, got {type(obj).__name__}")
+    return Trajectory.from_dict(obj)
+
+
 def read_trajectories(path: str | Path) -> list[Trajectory]:
     """The trajectories already in `path` (none if it does not exist). A truncated last line
     (a kill mid-write) is dropped with a warning and cut from the file, so appends stay valid;
@@ -119,11 +131,8 @@ def read_trajectories(path: str | Path) -> list[Trajectory]:
         if not line.strip():
             continue
         try:
-            obj = json.loads(line)
-            if not isinstance(obj, dict):
-                raise ValueError(f"expected a JSON object, got {type(obj).__name__}")
-            out.append(Trajectory.from_dict(obj))
-        except (ValueError, TypeError, KeyError) as e:
+            out.append(trajectory_from_line(line))
+        except TRAJECTORY_LINE_ERRORS as e:
             if i == last:
                 log.warning("%s:%d: dropping a truncated last line (%s)", path, i + 1, e)
                 atomic_write_text(path, "\n".join(lines[:i]) + ("\n" if i else ""))

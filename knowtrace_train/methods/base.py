@@ -127,6 +127,15 @@ class Method:
         (the default; a method without a traced graph has nothing to check the answer against)."""
         return None
 
+    def explain(self, traj: Trajectory, config: StrategyConfig) -> dict[str, Any] | None:
+        """What the method's rationalizer sees in `traj`, for a report to draw (JSON-able; never raises on
+        the trajectory's content): `status` ("ok" or why nothing was traced), `initial_entities` and
+        `target_entities` (graph node keys, `kg.entity_key`), `evidence` (indices into
+        `traj.graph.triplets`: the evidence subgraph), `dropped` ({call index as str: {"all": bool,
+        "items": [the rendered pairs/triplets the filters removed]}}) and a `note`. None: the method
+        traces nothing (the default; a report then shows the graph and calls as recorded)."""
+        return None
+
     def validate_for_training(self, config: StrategyConfig) -> None:
         """Cross-field rules the self-training loop needs (an adapter per role); raise ValueError."""
 

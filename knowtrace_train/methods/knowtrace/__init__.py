@@ -94,6 +94,12 @@ class KnowTraceMethod(Method):
 
         return is_correct(traj) and backtrace(traj, config.path_rule).ok
 
+    def explain(self, traj: Trajectory, config: KnowTraceConfig) -> dict:
+        """The backtrace of `traj` under `config.path_rule` and what the filters drop (backtrace/explain.py)."""
+        from knowtrace_train.methods.knowtrace.backtrace.explain import explain_trajectory
+
+        return explain_trajectory(traj, config.path_rule)
+
     def validate_for_training(self, config: KnowTraceConfig) -> None:
         roles = config.roles
         if roles.explore == roles.complete:

@@ -5,6 +5,7 @@
     filters.py            unavailing explorations and extraneous completions, token accounting
     training_prompts.py   the prompts of the records (unhinted, without exemplars, re-rendered)
     records.py            `backtrace_trajectories`: records per role and the FA ratio (KnowTrace's rationalizer)
+    explain.py            one trajectory as a report draws it (`Method.explain`)
 """
 
 from knowtrace_train.methods.knowtrace.backtrace.filters import FilteredCall, filter_trajectory, generated_triplets

@@ -1,0 +1,139 @@
+"""What the report looks up beside the trajectories: question hops and kinds, passage texts, each method's explanation.
+
+The run's config.yaml names its data files and corpus (read when they can be found: as written, beside
+the run folder, or in the checkout); `--data` and `--corpus` add more. A method explains a trajectory
+through `Method.explain` with the run's own strategy settings (the method's defaults for a bare file).
+Nothing here raises on what it reads: trouble becomes a note.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from knowtrace_train.trajectory import Trajectory
+
+log = logging.getLogger(__name__)
+
+#: the checkout a relative data path of a run config may be relative to
+CHECKOUT = Path(__file__).resolve().parents[2]
+MAX_CORPUS_BYTES = 200 * 1024 * 1024
+
+
+def _resolve(raw: Any, run_dir: Path | None) -> Path | None:
+    if not isinstance(raw, str) or not raw:
+        return None
+    p = Path(raw)
+    for cand in [p] + ([] if p.is_absolute() else [*(c / p for c in ([run_dir] if run_dir else [])), CHECKOUT / p]):
+        if cand.is_file():
+            return cand
+    return None
+
+
+class Lookups:
+    def __init__(self) -> None:
+        self.items: dict[str, dict[str, Any]] = {}
+        self.corpora: list[Path] = []
+        self.notes: list[str] = []
+        self._data_seen: set[Path] = set()
+        self._configs: dict[tuple[int, str], Any] = {}
+
+    # -- question hops and kinds ---------------------------------------------------------------------
+    def add_run_inputs(self, run_dir: Path) -> None:
+        """The data files and the file corpus the run's config.yaml names."""
+        import yaml
+
+        try:
+            config = yaml.safe_load((run_dir / "config.yaml").read_text(encoding="utf-8")) or {}
+        except Exception:  # noqa: BLE001 - collect has noted it already
+            return
+        data = config.get("data") if isinstance(config, dict) and isinstance(config.get("data"), dict) else {}
+        for key in ("train", "dev", "test"):
+            path = _resolve(data.get(key), run_dir)
+            if path is not None:
+                self.add_data(path, data.get("format"))
+        corpus = data.get("corpus") if isinstance(data.get("corpus"), dict) else {}
+        if corpus.get("source", "file") == "file":
+            path = _resolve(corpus.get("path"), run_dir)
+            if path is not None:
+                self.add_corpus(path)
+
+    def add_data(self, path: Path, fmt: str | None = None) -> None:
+        """Hops and kind (bridge/comparison) of every question in a data file."""
+        path = path.resolve()
+        if path in self._data_seen:
+            return
+        self._data_seen.add(path)
+        from knowtrace_train.data.loaders import load_items_report
+
+        try:
+            report = load_items_report(path, fmt if isinstance(fmt, str) else None, skip_bad=True)
+        except Exception as e:  # noqa: BLE001 - a data file the report cannot read only loses the filters
+            self.notes.append(f"{path}: questions not read, no hop counts from it ({str(e)[:200]})")
+            return
+        for item in report.items:
+            self.items.setdefault(item.id, {"hops": item.hops, "kind": item.type})
+
+    def question(self, question_id: str) -> dict[str, Any]:
+        return self.items.get(question_id, {"hops": None, "kind": None})
+
+    # -- passages ------------------------------------------------------------------------------------
+    def add_corpus(self, path: Path) -> None:
+        if path.resolve() not in [c.resolve() for c in self.corpora]:
+            self.corpora.append(path)
+
+    def passages(self, wanted: set[str]) -> dict[str, dict[str, str]]:
+        """id -> {"title", "text"} of the wanted passages found in the corpora."""
+        from knowtrace_train.data.corpus import read_corpus
+
+        out: dict[str, dict[str, str]] = {}
+        for path in self.corpora:
+            if not wanted - set(out):
+                break
+            try:
+                if path.stat().st_size > MAX_CORPUS_BYTES:
+                    self.notes.append(f"{path}: corpus over {MAX_CORPUS_BYTES >> 20} MB, passages shown by id only")
+                    continue
+                for p in read_corpus(path):
+                    if p.id in wanted:
+                        out[p.id] = {"title": p.title, "text": p.text}
+            except Exception as e:  # noqa: BLE001
+                self.notes.append(f"{path}: corpus not read, passages shown by id only ({str(e)[:200]})")
+        return out
+
+    # -- the method's explanation --------------------------------------------------------------------
+    def _strategy_config(self, run: dict[str, Any], method) -> Any:
+        key = (run.get("index", -1), method.name)
+        if key not in self._configs:
+            section = run.get("strategy_config") or {}
+            cfg = None
+            if isinstance(section, dict) and section.get("name") == method.name:
+                from knowtrace_train.config import load_config
+
+                try:
+                    cfg = load_config(method.config_class, Path(run["dir"]) / "config.yaml", data=section)
+                except Exception as e:  # noqa: BLE001
+                    self.notes.append(f"{run['dir']}: strategy settings not read, {method.name} defaults used ({e})")
+            self._configs[key] = cfg if cfg is not None else method.config_class(name=method.name)
+        return self._configs[key]
+
+    def explain(self, traj: Trajectory, run: dict[str, Any]) -> tuple[dict[str, Any] | None, str | None]:
+        """(the method's explanation of `traj`, or None; why there is none, where that is worth saying)."""
+        from knowtrace_train.methods import get_method
+
+        try:
+            method = get_method(traj.strategy)
+        except ValueError:
+            return None, f"method {traj.strategy!r} is not registered here: the graph and calls as recorded"
+        mode = run.get("mode")
+        rationalizers = method.rationalizers()
+        why = None
+        if mode and mode in rationalizers and mode != "backtrace" and "backtrace" in rationalizers:
+            why = (f"this run's mode is {mode}: it trains on what its {mode} rationalizer keeps; the highlights "
+                   "are what backtracing would keep and drop")
+        try:
+            return method.explain(traj, self._strategy_config(run, method)), why
+        except Exception as e:  # noqa: BLE001 - one trajectory's trouble never stops the report
+            log.warning("explaining %s failed: %s", traj.id, e)
+            return None, f"{method.name} could not explain this trajectory ({type(e).__name__}: {str(e)[:200]})"
