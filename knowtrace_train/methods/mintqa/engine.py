@@ -25,13 +25,12 @@ retrieval's time equally among its queries.
 
 from __future__ import annotations
 
-import logging
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 from knowtrace_train.data.schema import Passage, QAItem
-from knowtrace_train.generation.base import Completion, GenerationError, GenerationRequest, Generator, request_seed
+from knowtrace_train.generation.base import Completion, GenerationRequest, Generator, generate_each, request_seed
 from knowtrace_train.methods.hints import trajectory_id
 from knowtrace_train.methods.mintqa import prompts
 from knowtrace_train.methods.mintqa.config import (
@@ -46,10 +45,8 @@ from knowtrace_train.methods.mintqa.config import (
 )
 from knowtrace_train.methods.mintqa.parsing import parse_answer, parse_selfanswer, parse_step
 from knowtrace_train.metrics import normalize_answer
-from knowtrace_train.retrieval.base import RetrievalError, Retriever, ScoredPassage
+from knowtrace_train.retrieval.base import RetrievalError, Retriever, search_each
 from knowtrace_train.trajectory import ModelCall, Trajectory
-
-log = logging.getLogger(__name__)
 
 #: what the history shows for a sub-question whose answer call gave nothing usable
 NO_ANSWER = "unknown"
@@ -218,8 +215,8 @@ class MintQA:
 
     # -- the shared parts ------------------------------------------------------------------------
     def _generate(self, jobs: list[_Job]) -> list[ModelCall]:
-        """One batched generate() for `jobs`, a ModelCall recorded on each job's trajectory. A batch
-        the generator refuses is retried call by call; a call still refused is recorded with its error."""
+        """One batched generate() for `jobs`, a ModelCall recorded on each job's trajectory; a call the
+        generator refuses is recorded with its error (`generate_each`)."""
         if not jobs:
             return []
         cfg = self.config
@@ -228,7 +225,7 @@ class MintQA:
                                       seed=request_seed(cfg.seed, j.state.traj.id, len(j.state.traj.calls)))
                     for j in jobs]
         t0 = time.perf_counter()
-        results = self._generate_safe(requests)
+        results = generate_each(self._generator, requests)
         dt = time.perf_counter() - t0
         weights = [max(1, r.prompt_tokens + r.output_tokens) if isinstance(r, Completion) else 1 for r in results]
         calls = []
@@ -247,46 +244,22 @@ class MintQA:
             calls.append(call)
         return calls
 
-    def _generate_safe(self, requests: list[GenerationRequest]) -> list[Completion | GenerationError]:
-        try:
-            out = self._generator.generate(requests)
-        except GenerationError as e:
-            if len(requests) == 1:
-                return [e]
-            log.warning("generation batch of %d refused (%s); retrying call by call", len(requests), e)
-            return [r for req in requests for r in self._generate_safe([req])]
-        if len(out) != len(requests):
-            raise RuntimeError(f"generator returned {len(out)} completions for {len(requests)} requests")
-        return list(out)
-
     def _search(self, queries: list[str], owners: list[_State], step: int) -> list[tuple[Passage, ...]]:
-        """One batched search (retried query by query where the batch is refused); an empty or
-        refused retrieval is recorded as an event and answered over no passages."""
-        if not queries:
-            return []
-        k = self.config.passages  # type: ignore[attr-defined]
+        """One batched search; an empty or refused retrieval is recorded as an event and the
+        question answered over no passages."""
         t0 = time.perf_counter()
-        try:
-            hits: list[list[ScoredPassage]] = self._retriever.search(queries, k)
-        except RetrievalError as e:
-            log.warning("retrieval batch of %d refused (%s); retrying query by query", len(queries), e)
-            hits = []
-            for q, s in zip(queries, owners):
-                try:
-                    hits.append(self._retriever.search([q], k)[0])
-                except RetrievalError as e1:
-                    s.traj.meta["events"].append({"step": step, "query": q, "event": f"retrieval error: {e1}"})
-                    hits.append([])
-        if len(hits) != len(queries):
-            raise RuntimeError(f"retriever returned {len(hits)} result lists for {len(queries)} queries")
+        hits = search_each(self._retriever, queries, self.config.passages)  # type: ignore[attr-defined]
         dt = time.perf_counter() - t0
         out = []
         for q, s, found in zip(queries, owners, hits):
             s.traj.wall_time += dt / len(queries)
             s.traj.meta["retrievals"] += 1
-            if not found:
+            if isinstance(found, RetrievalError):
+                s.traj.meta["events"].append({"step": step, "query": q, "event": f"retrieval error: {found}"})
+                found = []
+            elif not found:
                 s.traj.meta["events"].append({"step": step, "query": q, "event": "empty retrieval"})
-            out.append(tuple(h.passage for h in list(found)[:k]))
+            out.append(tuple(h.passage for h in found))
         return out
 
     def _tokens_of(self, p: Passage) -> int:

@@ -36,7 +36,13 @@ _RAG_EXEMPLAR = """Documents:
 [1] Edinburgh: Edinburgh is the capital city of Scotland. It is home to the University of Edinburgh, founded in 1583.
 [2] Glasgow: Glasgow is the most populous city in Scotland.
 Question: When was the university in the capital of Scotland founded?
-Answer: 1583"""
+Answer: 1583
+
+Documents:
+[1] Apple Inc.: Apple Inc. founding year 1976. Apple Inc. founded by Steve Jobs. Apple Inc. headquartered in Cupertino.
+[2] Steve Jobs: Steve Jobs born in San Francisco. Apple Inc. founded by Steve Jobs.
+Question: Who founded Apple Inc.?
+Answer: Steve Jobs"""
 
 # -- the next sub-question or "finish" (Table 19) ---------------------------------------------------
 
