@@ -17,6 +17,10 @@ per-question scores, `paired_test` compares two models on the same questions (ex
 and comparison questions (`question_kind`). Under `MIN_QUESTIONS_FOR_INTERVAL` questions no
 interval is given, only the mean and a note saying so; every resampling is seeded, so the same
 scores give the same numbers.
+
+MINTQA's breakdowns: `familiarity_share` labels a question by the share of popular (MINTQA-POP) or
+new (MINTQA-TI) facts in its chain, and `scores_by_group` gives accuracy, EM (with its interval)
+and F1 per group (hop count, kind, familiarity).
 """
 
 from __future__ import annotations

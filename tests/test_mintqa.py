@@ -294,6 +294,11 @@ def test_the_four_strategies_are_registered_with_their_roles_and_configs():
     assert m.for_model(m.config_class(), frozenset(), False).fewshot
     with pytest.raises(ValueError, match="max_steps must be >= 1"):
         MintQADecomposeConfig(max_steps=0)
+    # self-training takes them with the generic STaR rationalizer
+    from knowtrace_train.selftrain import SelfTrainConfig
+
+    st = load_config(SelfTrainConfig, None, ["--strategy.name", "mintqa_dynamic", "--mode", "star"])
+    assert type(st.strategy) is MintQADynamicConfig and set(get_method("mintqa_dynamic").rationalizers()) == {"star"}
 
 
 @pytest.mark.parametrize("name", ["eval_mintqa_parametric", "eval_mintqa_rag", "eval_mintqa_decompose", "eval_mintqa_dynamic"])
