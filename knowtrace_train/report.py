@@ -338,7 +338,8 @@ def comparison_table(summaries: Sequence[dict[str, Any]]) -> str:
 def breakdown(trajectories: Sequence[Any], items_by_id: Any, *, seed: int = 0) -> dict[str, Any]:
     """MINTQA's figures of `trajectories` (Trajectory objects) against their items (question_id ->
     QAItem; a trajectory whose item is absent is an error): {"questions", "all", "by_hops",
-    "by_kind", "by_familiarity" (None where no item carries knowledge types), "subquestions" and
+    "by_kind", "by_kind_hops" (None under two kinds: bridge and comparison apart, by hops),
+    "by_familiarity" (None where no item carries knowledge types), "subquestions" and
     "retrievals" per question (None where the trajectories do not record them), "stop_reasons"}.
     Each group is `metrics.scores_by_group`'s {"n", "acc", "em", "f1", "em_interval"}."""
     missing = [t.question_id for t in trajectories if t.question_id not in items_by_id]
@@ -347,6 +348,7 @@ def breakdown(trajectories: Sequence[Any], items_by_id: Any, *, seed: int = 0) -
     items = [items_by_id[t.question_id] for t in trajectories]
     scores = [score(t.prediction, t.answers) for t in trajectories]
     familiarity = [familiarity_share(it) for it in items]
+    kinds = [question_kind(it) for it in items]
     n = len(trajectories)
 
     def per_question(key: str, count) -> float | None:
@@ -361,7 +363,9 @@ def breakdown(trajectories: Sequence[Any], items_by_id: Any, *, seed: int = 0) -
         "questions": n,
         "all": scores_by_group(scores, ["all"] * n, seed=seed).get("all"),
         "by_hops": scores_by_group(scores, [it.hops for it in items], seed=seed),
-        "by_kind": scores_by_group(scores, [question_kind(it) for it in items], seed=seed),
+        "by_kind": scores_by_group(scores, kinds, seed=seed),
+        "by_kind_hops": None if len(set(kinds)) < 2 else scores_by_group(
+            scores, [f"{k or 'unknown'} {it.hops}-hop" for k, it in zip(kinds, items)], seed=seed),
         "by_familiarity": None if all(f is None for f in familiarity) else scores_by_group(scores, familiarity, seed=seed),
         "subquestions": per_question("subquestions", len),
         "retrievals": per_question("retrievals", int),
@@ -371,16 +375,16 @@ def breakdown(trajectories: Sequence[Any], items_by_id: Any, *, seed: int = 0) -
 
 def breakdown_table(figures: dict[str, Any]) -> str:
     """`breakdown`'s figures as text: one line per group (n, accuracy, EM [95% CI], F1)."""
-    lines = [f"{'group':22} {'n':>4} {'acc':>6} {'EM':>6} {'EM 95% CI':>16} {'F1':>6}"]
+    lines = [f"{'group':22} {'n':>4} {'acc':>6} {'EM':>6} {'F1':>6}  EM 95% CI"]
 
     def row(label: str, g: dict[str, Any]) -> str:
         iv = g["em_interval"]
         ci = f"[{iv[0]:.3f},{iv[1]:.3f}]" if iv else NO_INTERVAL
-        return f"{label:22} {g['n']:>4} {g['acc']:>6.3f} {g['em']:>6.3f} {ci:>16} {g['f1']:>6.3f}"
+        return f"{label:22} {g['n']:>4} {g['acc']:>6.3f} {g['em']:>6.3f} {g['f1']:>6.3f}  {ci}"
 
     if figures["all"] is not None:
         lines.append(row("all", figures["all"]))
-    for section, prefix in (("by_hops", "hops "), ("by_kind", ""), ("by_familiarity", "")):
+    for section, prefix in (("by_hops", "hops "), ("by_kind", ""), ("by_kind_hops", ""), ("by_familiarity", "")):
         for label, g in (figures[section] or {}).items():
             lines.append(row(prefix + label, g))
     lines.append(f"sub-questions / question {_fmt(figures['subquestions'])}; retrievals / question "

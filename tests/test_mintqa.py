@@ -417,6 +417,7 @@ def test_evaluate_on_a_mintqa_file_over_its_triplets_then_the_breakdown(tmp_path
     assert fig["strategy"] == "mintqa_rag" and fig["questions"] == 3 and fig["retrievals"] == 1.0
     assert fig["all"]["acc"] == pytest.approx(2 / 3, abs=1e-4) and fig["all"]["em"] == pytest.approx(1 / 3, abs=1e-4)
     assert {k: v["n"] for k, v in fig["by_hops"].items()} == {"1": 1, "2": 2}
+    assert fig["by_kind"].keys() == {"unknown"} and fig["by_kind_hops"] is None  # MINTQA's types are no kinds
     assert fig["by_familiarity"] == {
         "new 0/2": {"n": 1, "acc": 0.0, "em": 0.0, "f1": 0.0, "em_interval": None},
         "new 1/1": {"n": 1, "acc": 1.0, "em": 0.0, "f1": 0.5714, "em_interval": None},
