@@ -49,7 +49,7 @@ from knowtrace_train.trajectory import Trajectory, read_trajectories
 
 log = logging.getLogger(__name__)
 
-CORPUS_SOURCES = ("contexts", "file")
+CORPUS_SOURCES = ("contexts", "file", "kg")
 
 
 @dataclass
@@ -75,10 +75,14 @@ class CorpusConfig:
 
     source: str = field(
         default="file",
-        metadata={"help": "'file': the corpus JSONL at `path`; 'contexts': the context passages of every item in the dataset file (whatever `limit`)"},
+        metadata={"help": "'file': the corpus JSONL at `path`; 'contexts': the context passages of every item in the dataset file (whatever `limit`); 'kg': a knowledge graph turned into text, one passage per entity neighbourhood (MINTQA's corpus; the graph is `triples`)"},
     )
     path: str | None = field(
-        default="data/world/corpus.jsonl", metadata={"help": "the corpus JSONL (source 'file'; unused for 'contexts')"}
+        default="data/world/corpus.jsonl", metadata={"help": "the corpus JSONL (source 'file'; unused otherwise)"}
+    )
+    triples: str = field(
+        default="world",
+        metadata={"help": "source 'kg': 'world' (the bundled world's facts, seed 0), 'items' (the gold triples of every item in the dataset file: MINTQA's triplets) or a triples file (JSONL [s, r, o] or .tsv)"},
     )
 
     def __post_init__(self) -> None:
@@ -366,10 +370,16 @@ def load_eval_items(config: EvalConfig) -> tuple[list[QAItem], list[QAItem]]:
 
 
 def load_corpus(config: EvalConfig, all_items: Sequence[QAItem]) -> list[Passage]:
-    from knowtrace_train.data.corpus import build_corpus, read_corpus
+    from knowtrace_train.data.corpus import build_corpus, item_triples, kg_corpus, read_corpus, read_triples
 
     if config.corpus.source == "contexts":
         return build_corpus(all_items)
+    if config.corpus.source == "kg":
+        if config.corpus.triples == "world":
+            from knowtrace_train.data.world import make_world, world_facts
+
+            return kg_corpus(world_facts(make_world(0).kb))  # type: ignore[arg-type]
+        return kg_corpus(item_triples(all_items) if config.corpus.triples == "items" else read_triples(config.corpus.triples))
     return read_corpus(config.corpus.path)  # type: ignore[arg-type]
 
 

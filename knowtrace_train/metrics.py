@@ -17,6 +17,10 @@ per-question scores, `paired_test` compares two models on the same questions (ex
 and comparison questions (`question_kind`). Under `MIN_QUESTIONS_FOR_INTERVAL` questions no
 interval is given, only the mean and a note saying so; every resampling is seeded, so the same
 scores give the same numbers.
+
+MINTQA's breakdowns: `familiarity_share` labels a question by the share of popular (MINTQA-POP) or
+new (MINTQA-TI) facts in its chain, and `scores_by_group` gives accuracy, EM (with its interval)
+and F1 per group (hop count, kind, familiarity).
 """
 
 from __future__ import annotations
@@ -357,3 +361,43 @@ def em_by_kind(
     return {
         k: bootstrap_interval(groups[k], confidence=confidence, resamples=resamples, seed=seed) for k in order
     }
+
+
+#: MINTQA's knowledge types: the familiar one of each pair, and the share `familiarity_share` counts
+_FAMILIAR_PAIRS = {"popular": "popular", "unpopular": "popular", "new": "new", "old": "new"}
+
+
+def familiarity_share(item: Any) -> str | None:
+    """MINTQA's breakdown key of a question: how many of its chain's facts are popular (MINTQA-POP:
+    "popular 1/2", one of two hops popular) or new (MINTQA-TI: "new 2/3"), from the knowledge type
+    of each gold sub-question (`QAItem.evidence.sub_questions[i].knowledge_type`). None where the
+    item carries no such types, or mixes the two benchmarks' kinds."""
+    subs = getattr(getattr(item, "evidence", None), "sub_questions", ()) or ()
+    types = [str(s.knowledge_type).strip().lower() for s in subs if getattr(s, "knowledge_type", None)]
+    if not types or len(types) != len(subs) or any(t not in _FAMILIAR_PAIRS for t in types):
+        return None
+    counted = {_FAMILIAR_PAIRS[t] for t in types}
+    if len(counted) != 1:
+        return None
+    kind = counted.pop()
+    return f"{kind} {sum(t == kind for t in types)}/{len(types)}"
+
+
+def scores_by_group(
+    scores: Sequence[Mapping[str, float]], groups: Sequence[Any], *, seed: int = 0
+) -> dict[str, dict[str, Any]]:
+    """Per group (e.g. hop count, `familiarity_share`; None goes under "unknown"), in sorted order:
+    {"n", "acc", "em", "f1", "em_interval": [low, high] or None under MIN_QUESTIONS_FOR_INTERVAL}
+    of the `score` dicts of its questions."""
+    if len(scores) != len(groups):
+        raise ValueError(f"scores_by_group: {len(scores)} scores but {len(groups)} groups; they must align")
+    by: dict[str, list[Mapping[str, float]]] = {}
+    for s, g in zip(scores, groups):
+        by.setdefault("unknown" if g is None else str(g), []).append(s)
+    out: dict[str, dict[str, Any]] = {}
+    for g in sorted(by):
+        rows = by[g]
+        iv = bootstrap_interval([r["em"] for r in rows], seed=seed)
+        out[g] = {"n": len(rows), **{k: round(float(v), 4) for k, v in aggregate(rows).items() if k != "count"},
+                  "em_interval": None if iv.low is None else [round(iv.low, 4), round(iv.high, 4)]}  # type: ignore[arg-type]
+    return out

@@ -1,4 +1,4 @@
-"""Reports of self-training runs: the per-iteration table, summary.json, and the paper's Figure 2.
+"""Reports of self-training runs (the per-iteration table, summary.json, the paper's Figure 2) and MINTQA-style breakdowns of trajectories.
 
 `summarize_run` folds the metrics of the base, M0 and every iteration into the run's summary;
 `table_header` / `table_row` print one row per model as the run goes; `load_run` reads a finished
@@ -9,6 +9,11 @@ Every dev EM is shown with its 95% bootstrap interval ("0.250 [0.17,0.33]"; unde
 `MIN_QUESTIONS_FOR_INTERVAL` dev questions the EM alone and "(n<20: no interval)"), and every
 iteration with its EM difference from M0 and the paired test's p-value ("+0.042 p=0.62"; McNemar,
 from the loop's `vs_m0`). summary.json and the last JSON line carry the same figures.
+
+`breakdown` scores any method's trajectories as MINTQA reports them: accuracy (gold in the output),
+EM and F1 overall, by hop count, by question kind and by the share of popular/new facts in the
+chain (`metrics.familiarity_share`, from the items' knowledge types), with the average
+sub-questions and retrievals per question where the trajectories record them (`meta`).
 """
 
 from __future__ import annotations
@@ -17,7 +22,13 @@ import json
 from pathlib import Path
 from typing import Any, Sequence
 
-from knowtrace_train.metrics import MIN_QUESTIONS_FOR_INTERVAL
+from knowtrace_train.metrics import (
+    MIN_QUESTIONS_FOR_INTERVAL,
+    familiarity_share,
+    question_kind,
+    score,
+    scores_by_group,
+)
 
 COLUMNS = (
     ("iter", 5), ("correct", 9), ("FA", 6), ("FA per kind", 16), ("SFT/adapter", 11),
@@ -318,4 +329,64 @@ def comparison_table(summaries: Sequence[dict[str, Any]]) -> str:
                 f"{name:28} {s['mode']:9} {r['iteration']:>4} {em(r)} {_fmt(r.get('f1')):>7} "
                 f"{_fmt(r.get('fa_ratio')):>6} {str(r.get('rollout_correct')) + '/' + str(r.get('rollout_questions')):>8} "
                 f"{recs:>14} {diff_cell(r.get('vs_m0')):>13}", r))
+    return "\n".join(lines)
+
+
+# -- MINTQA-style breakdowns ---------------------------------------------------------------------------
+
+
+def breakdown(trajectories: Sequence[Any], items_by_id: Any, *, seed: int = 0) -> dict[str, Any]:
+    """MINTQA's figures of `trajectories` (Trajectory objects) against their items (question_id ->
+    QAItem; a trajectory whose item is absent is an error): {"questions", "all", "by_hops",
+    "by_kind", "by_kind_hops" (None under two kinds: bridge and comparison apart, by hops),
+    "by_familiarity" (None where no item carries knowledge types), "subquestions" and
+    "retrievals" per question (None where the trajectories do not record them), "stop_reasons"}.
+    Each group is `metrics.scores_by_group`'s {"n", "acc", "em", "f1", "em_interval"}."""
+    missing = [t.question_id for t in trajectories if t.question_id not in items_by_id]
+    if missing:
+        raise ValueError(f"breakdown: {len(missing)} trajectories have no item in the dataset (first: {missing[0]!r})")
+    items = [items_by_id[t.question_id] for t in trajectories]
+    scores = [score(t.prediction, t.answers) for t in trajectories]
+    familiarity = [familiarity_share(it) for it in items]
+    kinds = [question_kind(it) for it in items]
+    n = len(trajectories)
+
+    def per_question(key: str, count) -> float | None:
+        if not n or not all(key in t.meta for t in trajectories):
+            return None
+        return round(sum(count(t.meta[key]) for t in trajectories) / n, 3)
+
+    stops: dict[str, int] = {}
+    for t in trajectories:
+        stops[t.stop_reason] = stops.get(t.stop_reason, 0) + 1
+    return {
+        "questions": n,
+        "all": scores_by_group(scores, ["all"] * n, seed=seed).get("all"),
+        "by_hops": scores_by_group(scores, [it.hops for it in items], seed=seed),
+        "by_kind": scores_by_group(scores, kinds, seed=seed),
+        "by_kind_hops": None if len(set(kinds)) < 2 else scores_by_group(
+            scores, [f"{k or 'unknown'} {it.hops}-hop" for k, it in zip(kinds, items)], seed=seed),
+        "by_familiarity": None if all(f is None for f in familiarity) else scores_by_group(scores, familiarity, seed=seed),
+        "subquestions": per_question("subquestions", len),
+        "retrievals": per_question("retrievals", int),
+        "stop_reasons": dict(sorted(stops.items())),
+    }
+
+
+def breakdown_table(figures: dict[str, Any]) -> str:
+    """`breakdown`'s figures as text: one line per group (n, accuracy, EM [95% CI], F1)."""
+    lines = [f"{'group':22} {'n':>4} {'acc':>6} {'EM':>6} {'F1':>6}  EM 95% CI"]
+
+    def row(label: str, g: dict[str, Any]) -> str:
+        iv = g["em_interval"]
+        ci = f"[{iv[0]:.3f},{iv[1]:.3f}]" if iv else NO_INTERVAL
+        return f"{label:22} {g['n']:>4} {g['acc']:>6.3f} {g['em']:>6.3f} {g['f1']:>6.3f}  {ci}"
+
+    if figures["all"] is not None:
+        lines.append(row("all", figures["all"]))
+    for section, prefix in (("by_hops", "hops "), ("by_kind", ""), ("by_kind_hops", ""), ("by_familiarity", "")):
+        for label, g in (figures[section] or {}).items():
+            lines.append(row(prefix + label, g))
+    lines.append(f"sub-questions / question {_fmt(figures['subquestions'])}; retrievals / question "
+                 f"{_fmt(figures['retrievals'])}; stop reasons {json.dumps(figures['stop_reasons'])}")
     return "\n".join(lines)

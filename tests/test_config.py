@@ -307,7 +307,10 @@ def _keys_at_their_default(data, loaded, default, prefix=""):
         if isinstance(v, dict) and dataclasses.is_dataclass(value):
             if not v:
                 found.append(key)
-            found += _keys_at_their_default(v, value, base if type(base) is type(value) else type(value)(), key)
+            same = type(base) is type(value)
+            sub = _keys_at_their_default(v, value, base if same else type(value)(), key)
+            # a tagged section's `name` that picks another class than the default's is never redundant
+            found += sub if same else [s for s in sub if s != f"{key}.name"]
         elif value == base:
             found.append(key)
     return found

@@ -1,8 +1,15 @@
-"""Corpus building: the retrievable passages of a set of items, and corpus files (ours and FlashRAG's).
+"""Corpus building: the retrievable passages of a set of items or of a knowledge graph, and corpus files (ours and FlashRAG's).
 
 A corpus built from items is the union of their context paragraphs, one passage per
 (title, text), de-duplicated, each with the content id `schema.passage_id(title, text)`: the
 reduced open-domain setting IRCoT used for 2WikiMultihopQA and MuSiQue.
+
+A corpus built from a knowledge graph (`kg_corpus`) is the graph turned into text as MINTQA does
+(its App. F.2, after Yu et al. 2023): one passage per entity, the entity's 1-hop neighbourhood
+(every triple it is the subject or the object of) written one sentence per triple, cut into
+chunks of at most `max_triples` sentences. The triples come from the synthetic world
+(`data.world.world_facts`), from the gold chains of benchmark items (`item_triples`: MINTQA's
+`triplets`) or from a triples file (`read_triples`).
 
 Command line: ``python -m knowtrace_train.data.corpus build ITEMS... --out corpus.jsonl``.
 """
@@ -10,6 +17,7 @@ Command line: ``python -m knowtrace_train.data.corpus build ITEMS... --out corpu
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 from typing import Any, Iterable
@@ -38,6 +46,74 @@ def build_corpus(items: Iterable[QAItem]) -> list[Passage]:
     if not corpus:
         raise CorpusError(f"the corpus is empty: none of the {n_items} items has context passages")
     return corpus
+
+
+def linearize_triple(triple: tuple[str, str, str]) -> str:
+    """One triple as a sentence: subject, relation, object, full stop ("Drelovia capital Vamay.")."""
+    s, r, o = (x.strip() for x in triple)
+    return f"{s} {r} {o}".rstrip(".") + "."
+
+
+def kg_corpus(triples: Iterable[tuple[str, str, str]], max_triples: int = 16) -> list[Passage]:
+    """One passage per entity neighbourhood of the graph `triples`, in first-seen order of the
+    entities: title = the entity, text = its triples (as subject, then as object) one sentence
+    each, in the order given, repeated triples once. A neighbourhood over `max_triples` triples is
+    cut into several passages of that many, titled alike. An empty graph is a `CorpusError`."""
+    if max_triples < 1:
+        raise ValueError(f"kg_corpus: max_triples must be >= 1, got {max_triples}")
+    out_edges: dict[str, list[tuple[str, str, str]]] = {}
+    in_edges: dict[str, list[tuple[str, str, str]]] = {}
+    seen: set[tuple[str, str, str]] = set()
+    for t in triples:
+        s, r, o = (str(x).strip() for x in t)
+        if not (s and r and o) or (s, r, o) in seen:
+            continue
+        seen.add((s, r, o))
+        out_edges.setdefault(s, []).append((s, r, o))
+        in_edges.setdefault(s, [])
+        out_edges.setdefault(o, [])
+        in_edges.setdefault(o, []).append((s, r, o))
+    corpus: list[Passage] = []
+    for entity, facts in out_edges.items():
+        neighbourhood = facts + [t for t in in_edges[entity] if t[0] != entity]
+        for start in range(0, len(neighbourhood), max_triples):
+            text = " ".join(linearize_triple(t) for t in neighbourhood[start : start + max_triples])
+            corpus.append(Passage(id=passage_id(entity, text), title=entity, text=text))
+    if not corpus:
+        raise CorpusError("the knowledge graph is empty: no (subject, relation, object) triple to turn into text")
+    return corpus
+
+
+def item_triples(items: Iterable[QAItem]) -> list[tuple[str, str, str]]:
+    """The gold triples of every item (`evidence.triples`, e.g. MINTQA's fact chains), in order."""
+    return [t for it in items for t in it.evidence.triples]
+
+
+def read_triples(path: str | Path) -> list[tuple[str, str, str]]:
+    """A triples file: JSON Lines of ``[subject, relation, object]`` or ``{"subject", "relation",
+    "object"}``, or a .tsv file of three tab-separated columns. Errors name file:line."""
+    path = Path(path)
+    out: list[tuple[str, str, str]] = []
+    tsv = path.suffix == ".tsv"
+    for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        if tsv:
+            row: Any = line.split("\t")
+        else:
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise CorpusError(f"{path}:{lineno}: not valid JSON ({e.msg})") from e
+            if isinstance(row, dict):
+                row = [row.get("subject"), row.get("relation"), row.get("object")]
+        if not (isinstance(row, list) and len(row) == 3 and all(isinstance(x, str) and x.strip() for x in row)):
+            want = "subject<TAB>relation<TAB>object" if tsv else "[subject, relation, object] of non-empty strings"
+            raise CorpusError(f"{path}:{lineno}: expected {want}, got {line.strip()[:80]!r}")
+        out.append((row[0].strip(), row[1].strip(), row[2].strip()))
+    if not out:
+        raise CorpusError(f"{path}: no triples")
+    return out
 
 
 def write_corpus(passages: Iterable[Passage], path: str | Path) -> int:

@@ -35,8 +35,11 @@ def unregister(name: str) -> None:
 
 def _register_builtin() -> None:
     from knowtrace_train.methods.knowtrace import KnowTraceMethod
+    from knowtrace_train.methods.mintqa import mintqa_methods
 
     register(KnowTraceMethod())
+    for method in mintqa_methods():  # the four MINTQA strategies, one name each
+        register(method)
 
 
 _register_builtin()

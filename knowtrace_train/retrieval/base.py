@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Protocol, Sequence, runtime_checkable
 
 from knowtrace_train.data.schema import Passage
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -51,3 +54,25 @@ def check_search_args(queries: Sequence[str], k: int) -> None:
     for i, q in enumerate(queries):
         if not isinstance(q, str) or not q.strip():
             raise RetrievalError(f"query {i} is empty")
+
+
+def search_each(retriever: Retriever, queries: Sequence[str], k: int) -> list[list[ScoredPassage] | RetrievalError]:
+    """`retriever.search(queries, k)` for a strategy that must not stop on one bad query: a batch the
+    retriever refuses (RetrievalError) is retried query by query, and a query still refused comes
+    back as its RetrievalError, in its place, for the caller to record. Each list is cut to k."""
+    queries = list(queries)
+    if not queries:
+        return []
+    try:
+        hits: list = retriever.search(queries, k)
+    except RetrievalError as e:
+        log.warning("retrieval batch of %d refused (%s); retrying query by query", len(queries), e)
+        hits = []
+        for q in queries:
+            try:
+                hits.append(retriever.search([q], k)[0])
+            except RetrievalError as e1:
+                hits.append(e1)
+    if len(hits) != len(queries):
+        raise RuntimeError(f"retriever returned {len(hits)} result lists for {len(queries)} queries")
+    return [h if isinstance(h, RetrievalError) else list(h)[:k] for h in hits]

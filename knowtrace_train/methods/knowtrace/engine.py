@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from knowtrace_train.data.schema import Passage, QAItem
-from knowtrace_train.generation.base import Completion, GenerationError, GenerationRequest, Generator, request_seed
+from knowtrace_train.generation.base import Completion, GenerationRequest, Generator, generate_each, request_seed
 from knowtrace_train.kg import GuidancePair, TracedTriplet
 from knowtrace_train.methods.hints import trajectory_id
 from knowtrace_train.methods.knowtrace.config import ANSWER, COMPLETE, EXPLORE, KG_TO_TEXT, STRATEGY_NAME, KnowTraceConfig
@@ -42,7 +42,7 @@ from knowtrace_train.methods.knowtrace.prompts import (
     render_kg_to_text_prompt,
     render_passage,
 )
-from knowtrace_train.retrieval.base import RetrievalError, Retriever, ScoredPassage, pair_to_query
+from knowtrace_train.retrieval.base import RetrievalError, Retriever, ScoredPassage, pair_to_query, search_each
 from knowtrace_train.trajectory import ModelCall, Trajectory
 
 log = logging.getLogger(__name__)
@@ -303,7 +303,7 @@ class KnowTrace:
             for j, seed in zip(jobs, seeds)
         ]
         t0 = time.perf_counter()
-        results = self._generate_safe(requests)
+        results = generate_each(self._generator, requests)
         dt = time.perf_counter() - t0
         weights = [max(1, r.prompt_tokens + r.output_tokens) if isinstance(r, Completion) else 1 for r in results]
         total = sum(weights)
@@ -331,37 +331,15 @@ class KnowTrace:
             calls.append(call)
         return calls, dt
 
-    def _generate_safe(self, requests: list[GenerationRequest]) -> list[Completion | GenerationError]:
-        try:
-            out = self._generator.generate(requests)
-        except GenerationError as e:
-            if len(requests) == 1:
-                return [e]
-            log.warning("generation batch of %d refused (%s); retrying call by call", len(requests), e)
-            return [r for req in requests for r in self._generate_safe([req])]
-        if len(out) != len(requests):
-            raise RuntimeError(f"generator returned {len(out)} completions for {len(requests)} requests")
-        return list(out)
-
     def _search(self, queries: list[str], owners: list[_State], rnd: int) -> list[list[ScoredPassage]]:
-        """One batched search; a batch the retriever refuses is retried query by query."""
-        if not queries:
-            return []
-        k = self.config.passages
-        try:
-            hits = self._retriever.search(queries, k)
-        except RetrievalError as e:
-            log.warning("retrieval batch of %d refused (%s); retrying query by query", len(queries), e)
-            hits = []
-            for q, s in zip(queries, owners):
-                try:
-                    hits.append(self._retriever.search([q], k)[0])
-                except RetrievalError as e1:
-                    s.traj.meta["events"].append({"round": rnd, "query": q, "event": f"retrieval error: {e1}"})
-                    hits.append([])
-        if len(hits) != len(queries):
-            raise RuntimeError(f"retriever returned {len(hits)} result lists for {len(queries)} queries")
-        return [list(h)[:k] for h in hits]
+        """One batched search; a query the retriever refuses is recorded and finds nothing."""
+        hits = []
+        for q, s, found in zip(queries, owners, search_each(self._retriever, queries, self.config.passages)):
+            if isinstance(found, RetrievalError):
+                s.traj.meta["events"].append({"round": rnd, "query": q, "event": f"retrieval error: {found}"})
+                found = []
+            hits.append(found)
+        return hits
 
     def _tokens_of(self, p: Passage) -> int:
         key = p.id or render_passage(p)
