@@ -37,6 +37,10 @@ def _register_builtin() -> None:
     from knowtrace_train.methods.knowtrace import KnowTraceMethod
 
     register(KnowTraceMethod())
+    from knowtrace_train.methods.baselines import BASELINE_METHODS
+
+    for method in BASELINE_METHODS:
+        register(method())
 
 
 _register_builtin()
