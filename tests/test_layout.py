@@ -9,7 +9,7 @@ import pytest
 
 PKG = Path(__file__).resolve().parents[1] / "knowtrace_train"
 SHARED = ("trajectory", "kg", "metrics", "io", "config", "stages", "data", "retrieval", "generation")
-LOOPS = ("selftrain", "train", "evaluate", "report")
+LOOPS = ("selftrain", "train", "evaluate", "report", "compare")
 
 
 def _band(module: str) -> str:
