@@ -5,8 +5,11 @@ from __future__ import annotations
 import gc
 import hashlib
 import json
+import logging
 from dataclasses import dataclass
 from typing import Protocol, Sequence, runtime_checkable
+
+log = logging.getLogger(__name__)
 
 #: The role whose calls run on the plain model, every adapter disabled.
 BASE_ROLE = "base"
@@ -87,6 +90,23 @@ class Generator(Protocol):
         next stage (training, another generator) has it. Closing twice is fine; `generate` after
         `close` raises `GeneratorClosedError`; `count_tokens` keeps working (the tokenizer stays)."""
         ...
+
+
+def generate_or_errors(generator: Generator, requests: Sequence[GenerationRequest]) -> list["Completion | GenerationError"]:
+    """`generator.generate(requests)`, where a batch the generator refuses (GenerationError) is retried
+    request by request, and a request that still fails gives its error in place of a completion, so
+    a strategy can record it on the call and go on. Any other error (a bug) propagates."""
+    requests = list(requests)
+    try:
+        out = generator.generate(requests)
+    except GenerationError as e:
+        if len(requests) == 1:
+            return [e]
+        log.warning("generation batch of %d refused (%s); retrying call by call", len(requests), e)
+        return [r for req in requests for r in generate_or_errors(generator, [req])]
+    if len(out) != len(requests):
+        raise RuntimeError(f"generator returned {len(out)} completions for {len(requests)} requests")
+    return list(out)
 
 
 class GeneratorBase(Generator):

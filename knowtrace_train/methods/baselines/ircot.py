@@ -10,30 +10,22 @@ empty sentence, or a sentence repeated) gets one forced answer: the chain so far
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
-
-from knowtrace_train.data.schema import QAItem
-from knowtrace_train.generation.base import Generator
 from knowtrace_train.methods.baselines.common import (
     ANSWER_MARK,
     COT_STOP,
-    clean_answer,
     cot_prompt,
     extract_answer,
     first_sentence,
     normalized,
 )
 from knowtrace_train.methods.baselines.config import ANSWER, IRCOT, REASON, IRCoTConfig
-from knowtrace_train.methods.baselines.runner import Live, Runner, Step
-from knowtrace_train.retrieval.base import Retriever
-from knowtrace_train.trajectory import Trajectory
+from knowtrace_train.methods.baselines.runner import BaselineStrategy, Live, Runner, Step
 
 
-class IRCoT:
+class IRCoT(BaselineStrategy):
     name = IRCOT
 
-    def __init__(self, config: IRCoTConfig | None = None) -> None:
-        self.config = config or IRCoTConfig()
+    config_class = IRCoTConfig
 
     def _prefix(self, lv: Live) -> str:
         return " ".join(["Answer:", *lv.state["chain"]])
@@ -45,11 +37,8 @@ class IRCoT:
                     stop=COT_STOP, max_new_tokens=cfg.max_new_tokens if kind == REASON else cfg.answer_tokens,
                     passages=tuple(lv.passages))
 
-    def run(self, items: Sequence[QAItem], generator: Generator, retriever: Retriever,
-            on_done: Callable[[Trajectory], None] | None = None) -> list[Trajectory]:
+    def loop(self, r: Runner, lives: list[Live]) -> None:
         cfg = self.config
-        r = Runner(self.name, cfg, generator, retriever, on_done)
-        lives = r.start(items)
         for lv in lives:
             lv.state["chain"] = []
         # the first retrieval: the question
@@ -93,14 +82,8 @@ class IRCoT:
                 lv.add_passages(found, cfg.max_passages)
             self._force_answers(r, stopped, rnd)
             r.end_step(active, t0)
-        return [lv.traj for lv in lives]
 
     def _force_answers(self, r: Runner, stopped: list[tuple[Live, str]], rnd: int) -> None:
         """One batch: the chain so far, then "So the answer is:", for every question that stopped without one."""
-        steps = [self._step(lv, ANSWER, rnd, extra=" " + ANSWER_MARK) for lv, _ in stopped]
-        for (lv, reason), step, call in zip(stopped, steps, r.generate(steps)):
-            answer = clean_answer(r.new_text(call, step))
-            call.parsed = {"answer": answer}
-            if answer is None and call.error is None:
-                call.error = "empty forced answer"
-            r.finish(lv, answer, reason, thought=" ".join(lv.state["chain"]) or None)
+        r.forced_answers([self._step(lv, ANSWER, rnd, extra=" " + ANSWER_MARK) for lv, _ in stopped],
+                         [reason for _, reason in stopped], thought=lambda lv: " ".join(lv.state["chain"]) or None)

@@ -2,16 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
-
-from knowtrace_train.data.schema import QAItem
-from knowtrace_train.generation.base import Generator
-from knowtrace_train.methods.baselines.common import COT_STOP, cot_prompt, extract_answer, last_sentence
+from knowtrace_train.methods.baselines.common import COT_STOP, cot_prompt
 from knowtrace_train.methods.baselines.config import ITER_RETGEN, REASON, IterRetGenConfig
-from knowtrace_train.methods.baselines.ra_cot import NO_ANSWER
-from knowtrace_train.methods.baselines.runner import Runner, Step
-from knowtrace_train.retrieval.base import Retriever
-from knowtrace_train.trajectory import Trajectory
+from knowtrace_train.methods.baselines.ra_cot import read_cot_answer
+from knowtrace_train.methods.baselines.runner import BaselineStrategy, Live, Runner, Step
 
 
 def next_query(question: str, generation: str | None) -> str:
@@ -20,20 +14,16 @@ def next_query(question: str, generation: str | None) -> str:
     return f"{question} {generation}" if generation else question
 
 
-class IterRetGen:
+class IterRetGen(BaselineStrategy):
     """Every iteration retrieves N passages for its query and writes a whole chain of thought over
     them; the answer is the last iteration's (all T iterations run: the loop has no early stop)."""
 
     name = ITER_RETGEN
 
-    def __init__(self, config: IterRetGenConfig | None = None) -> None:
-        self.config = config or IterRetGenConfig()
+    config_class = IterRetGenConfig
 
-    def run(self, items: Sequence[QAItem], generator: Generator, retriever: Retriever,
-            on_done: Callable[[Trajectory], None] | None = None) -> list[Trajectory]:
+    def loop(self, r: Runner, lives: list[Live]) -> None:
         cfg = self.config
-        r = Runner(self.name, cfg, generator, retriever, on_done)
-        lives = r.start(items)
         for rnd in range(1, cfg.max_rounds + 1):
             t0 = r.begin_step()
             found = r.search(lives, [next_query(lv.item.question, lv.state.get("generation")) for lv in lives], rnd)
@@ -43,14 +33,9 @@ class IterRetGen:
                 lv = step.live
                 lv.traj.rounds = rnd
                 text = r.new_text(call, step)
-                answer = extract_answer(text)
-                if answer is None and call.error is None:
-                    answer = last_sentence(text)
-                    call.error = NO_ANSWER
-                call.parsed = {"answer": answer}
+                answer = read_cot_answer(call, text)
                 lv.state["generation"], lv.state["answer"], lv.state["error"] = text.strip(), answer, call.error
             r.end_step(lives, t0)
         for lv in lives:
             reason = "answered" if lv.state.get("error") is None else "no_answer_mark"
             r.finish(lv, lv.state.get("answer"), reason, thought=lv.state.get("generation") or None)
-        return [lv.traj for lv in lives]

@@ -2,30 +2,32 @@
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
-
-from knowtrace_train.data.schema import QAItem
-from knowtrace_train.generation.base import Generator
 from knowtrace_train.methods.baselines.common import COT_STOP, cot_prompt, extract_answer, last_sentence
 from knowtrace_train.methods.baselines.config import RA_COT, REASON, RACoTConfig
-from knowtrace_train.methods.baselines.runner import Runner, Step
-from knowtrace_train.retrieval.base import Retriever
-from knowtrace_train.trajectory import Trajectory
+from knowtrace_train.methods.baselines.runner import BaselineStrategy, Live, Runner, Step
+from knowtrace_train.trajectory import ModelCall
 
 NO_ANSWER = 'no "So the answer is:" in the chain of thought; its last sentence is taken as the answer'
 
 
-class RACoT:
+def read_cot_answer(call: ModelCall, text: str) -> str | None:
+    """The answer of a whole chain of thought (`text`): after "answer is", else its last sentence
+    with the call's error saying so; recorded in `call.parsed`."""
+    answer = extract_answer(text)
+    if answer is None and call.error is None:
+        answer = last_sentence(text)
+        call.error = NO_ANSWER
+    call.parsed = {"answer": answer}
+    return answer
+
+
+class RACoT(BaselineStrategy):
     name = RA_COT
 
-    def __init__(self, config: RACoTConfig | None = None) -> None:
-        self.config = config or RACoTConfig()
+    config_class = RACoTConfig
 
-    def run(self, items: Sequence[QAItem], generator: Generator, retriever: Retriever,
-            on_done: Callable[[Trajectory], None] | None = None) -> list[Trajectory]:
+    def loop(self, r: Runner, lives: list[Live]) -> None:
         cfg = self.config
-        r = Runner(self.name, cfg, generator, retriever, on_done)
-        lives = r.start(items)
         t0 = r.begin_step()
         found = r.search(lives, [lv.item.question for lv in lives], 1)
         steps = [Step(lv, REASON, 1, cot_prompt(lv.item.question, ps, fewshot=cfg.fewshot), prefix="Answer:",
@@ -35,11 +37,6 @@ class RACoT:
             lv = step.live
             lv.traj.rounds = 1
             text = r.new_text(call, step)
-            answer = extract_answer(text)
-            if answer is None and call.error is None:
-                answer = last_sentence(text)
-                call.error = NO_ANSWER
-            call.parsed = {"answer": answer}
+            answer = read_cot_answer(call, text)
             r.finish(lv, answer, "answered" if call.error is None else "no_answer_mark", thought=text.strip() or None)
         r.end_step(lives, t0)
-        return [lv.traj for lv in lives]

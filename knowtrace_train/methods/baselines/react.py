@@ -10,10 +10,7 @@ question that has not finished gets one forced "Finish[".
 from __future__ import annotations
 
 import re
-from typing import Callable, Sequence
 
-from knowtrace_train.data.schema import QAItem
-from knowtrace_train.generation.base import Generator
 from knowtrace_train.methods.baselines.common import (
     EXEMPLAR_QUESTIONS,
     clean_answer,
@@ -21,9 +18,7 @@ from knowtrace_train.methods.baselines.common import (
     passages_block,
 )
 from knowtrace_train.methods.baselines.config import ANSWER, REACT, REASON, ReActConfig
-from knowtrace_train.methods.baselines.runner import Live, Runner, Step
-from knowtrace_train.retrieval.base import Retriever
-from knowtrace_train.trajectory import Trajectory
+from knowtrace_train.methods.baselines.runner import BaselineStrategy, Live, Runner, Step
 
 INSTRUCTION = ("Solve the question with interleaving Thought, Action and Observation steps. Thought reasons "
                "about the situation; Action is one of: Search[query], which searches the documents and shows "
@@ -85,28 +80,22 @@ def kept_text(text: str) -> str:
     return "\n".join(lines)
 
 
-class ReAct:
+class ReAct(BaselineStrategy):
     name = REACT
 
-    def __init__(self, config: ReActConfig | None = None) -> None:
-        self.config = config or ReActConfig()
+    config_class = ReActConfig
 
-    def run(self, items: Sequence[QAItem], generator: Generator, retriever: Retriever,
-            on_done: Callable[[Trajectory], None] | None = None) -> list[Trajectory]:
+    def loop(self, r: Runner, lives: list[Live]) -> None:
         cfg = self.config
-        r = Runner(self.name, cfg, generator, retriever, on_done)
-        lives = r.start(items)
         for lv in lives:
             lv.transcript = f"Question: {lv.item.question}\nThought 1:"
-            lv.state["shown"] = []
         text_prompt = prompt(cfg.fewshot)
         for rnd in range(1, cfg.max_rounds + 1):
             active = [lv for lv in lives if not lv.done]
             if not active:
                 break
             t0 = r.begin_step()
-            steps = [Step(lv, REASON, rnd, text_prompt, prefix=lv.transcript, stop=STOP,
-                          max_new_tokens=cfg.max_new_tokens, passages=tuple(lv.state["shown"])) for lv in active]
+            steps = r.continue_transcripts(active, REASON, rnd, text_prompt, STOP, cfg.max_new_tokens)
             searching: list[tuple[Live, str]] = []
             observed: list[tuple[Live, str]] = []
             for step, call in zip(steps, r.generate(steps)):
@@ -130,14 +119,13 @@ class ReAct:
                     observed.append((lv, INVALID))
             hits = r.search([lv for lv, _ in searching], [q for _, q in searching], rnd)
             for (lv, _), found in zip(searching, hits):
-                lv.state["shown"].extend(found)
+                lv.shown.extend(found)
                 observed.append((lv, passages_block(found)))
             for lv, observation in observed:
                 lv.transcript += f"\nObservation {rnd}: {observation}\nThought {rnd + 1}:"
             if rnd == cfg.max_rounds:
                 self._force_answers(r, [lv for lv in active if not lv.done], rnd, text_prompt)
             r.end_step(active, t0)
-        return [lv.traj for lv in lives]
 
     def _force_answers(self, r: Runner, lives: list[Live], rnd: int, text_prompt: str) -> None:
         """One batch: the transcript, then "Action: Finish[", for every question still going."""
@@ -146,10 +134,5 @@ class ReAct:
             head = lv.transcript.rsplit(f"\nThought {rnd + 1}:", 1)[0]
             steps.append(Step(lv, ANSWER, rnd, text_prompt, prefix=f"{head}\nAction {rnd + 1}: Finish[",
                               stop=("]", "\n"), max_new_tokens=self.config.answer_tokens,
-                              passages=tuple(lv.state["shown"])))
-        for lv, step, call in zip(lives, steps, r.generate(steps)):
-            answer = clean_answer(r.new_text(call, step))
-            call.parsed = {"action": "finish", "argument": answer}
-            if answer is None and call.error is None:
-                call.error = "empty forced answer"
-            r.finish(lv, answer, "max_rounds", thought=None)
+                              passages=tuple(lv.shown)))
+        r.forced_answers(steps, ["max_rounds"] * len(steps))

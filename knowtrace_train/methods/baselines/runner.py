@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from knowtrace_train.data.schema import Passage, QAItem
-from knowtrace_train.generation.base import Completion, GenerationError, GenerationRequest, Generator, request_seed
-from knowtrace_train.methods.baselines.common import passage_line
+from knowtrace_train.generation.base import Completion, GenerationRequest, Generator, generate_or_errors, request_seed
+from knowtrace_train.methods.baselines.common import clean_answer, passage_line
 from knowtrace_train.methods.baselines.config import BaselineConfig
 from knowtrace_train.methods.hints import trajectory_id
 from knowtrace_train.retrieval.base import RetrievalError, Retriever
@@ -39,6 +39,8 @@ class Live:
     transcript: str = ""
     #: passages gathered so far, in the order found, without repeats
     passages: list[Passage] = field(default_factory=list)
+    #: passages shown in the transcript so far, repeats included (every later call reads them again)
+    shown: list[Passage] = field(default_factory=list)
     #: anything else a method keeps per question (asked sub-questions, the last generation, ...)
     state: dict[str, Any] = field(default_factory=dict)
     done: bool = False
@@ -164,7 +166,7 @@ class Runner:
             temperature=cfg.temperature, seed=request_seed(cfg.seed, s.live.traj.id, len(s.live.traj.calls)))
             for s in steps]
         t0 = time.perf_counter()
-        results = self._generate_safe(requests)
+        results = generate_or_errors(self.generator, requests)
         dt = time.perf_counter() - t0
         self._batch_time += dt
         weights = [max(1, r.prompt_tokens + r.output_tokens) if isinstance(r, Completion) else 1 for r in results]
@@ -187,24 +189,51 @@ class Runner:
             calls.append(call)
         return calls
 
+    def continue_transcripts(self, lives: Sequence[Live], kind: str, rnd: int, prompt: str, stop: tuple[str, ...],
+                             max_new_tokens: int, suffix: str = "") -> list[Step]:
+        """Steps that continue each question's transcript (the response prefix, then `suffix`) under
+        the same `prompt`; the passages shown in the transcript are the call's retrieved passages."""
+        return [Step(lv, kind, rnd, prompt, prefix=lv.transcript + suffix, stop=stop, max_new_tokens=max_new_tokens,
+                     passages=tuple(lv.shown)) for lv in lives]
+
+    def forced_answers(self, steps: Sequence[Step], reasons: Sequence[str], key: str = "answer",
+                       thought: Callable[[Live], str | None] = lambda lv: None) -> None:
+        """One batch of forced final answers (each step's prefix ends where the answer begins): the
+        first line of each output is the prediction; an empty one is recorded as the call's error."""
+        for step, reason, call in zip(steps, reasons, self.generate(steps)):
+            answer = clean_answer(self.new_text(call, step))
+            call.parsed = {key: answer}
+            if answer is None and call.error is None:
+                call.error = "empty forced answer"
+            self.finish(step.live, answer, reason, thought=thought(step.live))
+
     @staticmethod
     def new_text(call: ModelCall, step: Step) -> str:
         """What the model wrote in `call` (its output without the response prefix)."""
         return call.output[len(step.prefix):] if call.error is None else ""
 
-    def _generate_safe(self, requests: list[GenerationRequest]) -> list[Completion | GenerationError]:
-        try:
-            out = self.generator.generate(requests)
-        except GenerationError as e:
-            if len(requests) == 1:
-                return [e]
-            log.warning("generation batch of %d refused (%s); retrying call by call", len(requests), e)
-            return [r for req in requests for r in self._generate_safe([req])]
-        if len(out) != len(requests):
-            raise RuntimeError(f"generator returned {len(out)} completions for {len(requests)} requests")
-        return list(out)
-
     def _tokens_of(self, p: Passage) -> int:
         if p.id not in self._passage_tokens:
             self._passage_tokens[p.id] = self.generator.count_tokens(passage_line(p, 1))
         return self._passage_tokens[p.id]
+
+
+class BaselineStrategy:
+    """What every baseline's strategy shares: its config, and a `run` that starts one `Live` per
+    question and hands them to the method's `loop`."""
+
+    name = ""
+    config_class: type[BaselineConfig] = BaselineConfig
+
+    def __init__(self, config: BaselineConfig | None = None) -> None:
+        self.config = config or self.config_class()
+
+    def run(self, items: Sequence[QAItem], generator: Generator, retriever: Retriever,
+            on_done: Callable[[Trajectory], None] | None = None) -> list[Trajectory]:
+        runner = Runner(self.name, self.config, generator, retriever, on_done)
+        lives = runner.start(items)
+        self.loop(runner, lives)
+        return [lv.traj for lv in lives]
+
+    def loop(self, r: Runner, lives: list[Live]) -> None:
+        raise NotImplementedError

@@ -12,10 +12,7 @@ with neither a follow-up nor a final answer end the question with a forced "So t
 from __future__ import annotations
 
 import re
-from typing import Callable, Sequence
 
-from knowtrace_train.data.schema import QAItem
-from knowtrace_train.generation.base import Generator
 from knowtrace_train.methods.baselines.common import (
     EXEMPLAR_DOCS,
     EXEMPLAR_QUESTIONS,
@@ -25,9 +22,7 @@ from knowtrace_train.methods.baselines.common import (
     passages_block,
 )
 from knowtrace_train.methods.baselines.config import ANSWER, REASON, SELF_ASK, SelfAskConfig
-from knowtrace_train.methods.baselines.runner import Live, Runner, Step
-from knowtrace_train.retrieval.base import Retriever
-from knowtrace_train.trajectory import Trajectory
+from knowtrace_train.methods.baselines.runner import BaselineStrategy, Live, Runner
 
 INSTRUCTION = ("Answer the question by asking simpler follow up questions. Each follow up question is "
                "searched and the context found is shown; answer it, then ask the next one or give the final answer.")
@@ -92,29 +87,23 @@ def kept_text(text: str) -> str:
     return "\n".join(lines[: last + 1]).rstrip()
 
 
-class SelfAsk:
+class SelfAsk(BaselineStrategy):
     name = SELF_ASK
 
-    def __init__(self, config: SelfAskConfig | None = None) -> None:
-        self.config = config or SelfAskConfig()
+    config_class = SelfAskConfig
 
-    def run(self, items: Sequence[QAItem], generator: Generator, retriever: Retriever,
-            on_done: Callable[[Trajectory], None] | None = None) -> list[Trajectory]:
+    def loop(self, r: Runner, lives: list[Live]) -> None:
         cfg = self.config
-        r = Runner(self.name, cfg, generator, retriever, on_done)
-        lives = r.start(items)
         for lv in lives:
             lv.transcript = f"Question: {lv.item.question}\n{NEEDED}"
             lv.state["asked"] = []
-            lv.state["shown"] = []  # passages in the transcript (their tokens are read by every later call)
         text_prompt = prompt(cfg.fewshot)
         for rnd in range(1, cfg.max_rounds + 2):
             active = [lv for lv in lives if not lv.done]
             if not active:
                 break
             t0 = r.begin_step()
-            steps = [Step(lv, REASON, rnd, text_prompt, prefix=lv.transcript, stop=STOP,
-                          max_new_tokens=cfg.max_new_tokens, passages=tuple(lv.state["shown"])) for lv in active]
+            steps = r.continue_transcripts(active, REASON, rnd, text_prompt, STOP, cfg.max_new_tokens)
             stopped: list[tuple[Live, str]] = []
             asking: list[tuple[Live, str]] = []
             for step, call in zip(steps, r.generate(steps)):
@@ -142,18 +131,14 @@ class SelfAsk:
                     asking.append((lv, parsed["follow_up"]))
             hits = r.search([lv for lv, _ in asking], [q for _, q in asking], rnd)
             for (lv, _), found in zip(asking, hits):
-                lv.state["shown"].extend(found)
+                lv.shown.extend(found)
                 lv.transcript += f"\nContext: {passages_block(found)}\nIntermediate answer:"
             self._force_answers(r, stopped, rnd, text_prompt)
             r.end_step(active, t0)
-        return [lv.traj for lv in lives]
 
     def _force_answers(self, r: Runner, stopped: list[tuple[Live, str]], rnd: int, text_prompt: str) -> None:
-        steps = [Step(lv, ANSWER, rnd, text_prompt, prefix=lv.transcript.rstrip() + f"\n{FINAL}", stop=STOP,
-                      max_new_tokens=self.config.answer_tokens, passages=tuple(lv.state["shown"])) for lv, _ in stopped]
-        for (lv, reason), step, call in zip(stopped, steps, r.generate(steps)):
-            answer = clean_answer(r.new_text(call, step))
-            call.parsed = {"final": answer}
-            if answer is None and call.error is None:
-                call.error = "empty forced answer"
-            r.finish(lv, answer, reason, thought=lv.transcript.strip())
+        for lv, _ in stopped:
+            lv.transcript = lv.transcript.rstrip()
+        steps = r.continue_transcripts([lv for lv, _ in stopped], ANSWER, rnd, text_prompt, STOP,
+                                       self.config.answer_tokens, suffix=f"\n{FINAL}")
+        r.forced_answers(steps, [reason for _, reason in stopped], key="final", thought=lambda lv: lv.transcript.strip())

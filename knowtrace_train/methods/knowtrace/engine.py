@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from knowtrace_train.data.schema import Passage, QAItem
-from knowtrace_train.generation.base import Completion, GenerationError, GenerationRequest, Generator, request_seed
+from knowtrace_train.generation.base import Completion, GenerationRequest, Generator, generate_or_errors, request_seed
 from knowtrace_train.kg import GuidancePair, TracedTriplet
 from knowtrace_train.methods.hints import trajectory_id
 from knowtrace_train.methods.knowtrace.config import ANSWER, COMPLETE, EXPLORE, KG_TO_TEXT, STRATEGY_NAME, KnowTraceConfig
@@ -303,7 +303,7 @@ class KnowTrace:
             for j, seed in zip(jobs, seeds)
         ]
         t0 = time.perf_counter()
-        results = self._generate_safe(requests)
+        results = generate_or_errors(self._generator, requests)
         dt = time.perf_counter() - t0
         weights = [max(1, r.prompt_tokens + r.output_tokens) if isinstance(r, Completion) else 1 for r in results]
         total = sum(weights)
@@ -330,18 +330,6 @@ class KnowTrace:
             traj.calls.append(call)
             calls.append(call)
         return calls, dt
-
-    def _generate_safe(self, requests: list[GenerationRequest]) -> list[Completion | GenerationError]:
-        try:
-            out = self._generator.generate(requests)
-        except GenerationError as e:
-            if len(requests) == 1:
-                return [e]
-            log.warning("generation batch of %d refused (%s); retrying call by call", len(requests), e)
-            return [r for req in requests for r in self._generate_safe([req])]
-        if len(out) != len(requests):
-            raise RuntimeError(f"generator returned {len(out)} completions for {len(requests)} requests")
-        return list(out)
 
     def _search(self, queries: list[str], owners: list[_State], rnd: int) -> list[list[ScoredPassage]]:
         """One batched search; a batch the retriever refuses is retried query by query."""
