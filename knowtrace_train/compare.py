@@ -131,14 +131,22 @@ def cell_config(config: CompareConfig, method: StrategyConfig, ds: CompareDatase
                       strategy=method, output=str(output), chunk_size=config.chunk_size, threads=config.threads)
 
 
+#: settings that change no output: left out of a cell's settings check
+_NO_EFFECT = {"generator": ("progress",), "retriever": ("show_progress",), "dataset": ("limit",)}
+
+
+def _settings(d: dict[str, Any]) -> dict[str, Any]:
+    return {k: {f: v for f, v in sec.items() if f not in _NO_EFFECT.get(k, ())} if isinstance(sec, dict) else sec
+            for k, sec in d.items()}
+
+
 def _check_cell_settings(ev: EvalConfig, folder: Path) -> None:
-    """cell.json holds what the cell's trajectories were made with (all but the question count);
-    a rerun with other settings into the same file would mix two runs: refused."""
-    mine = {k: config_to_dict(getattr(ev, k)) for k in ("strategy", "generator", "retriever", "corpus")}
-    mine["dataset"] = {k: v for k, v in config_to_dict(ev.dataset).items() if k != "limit"}
+    """cell.json holds what the cell's trajectories were made with (all but the question count and
+    progress bars); a rerun with other settings into the same file would mix two runs: refused."""
+    mine = _settings({k: config_to_dict(getattr(ev, k)) for k in ("strategy", "generator", "retriever", "corpus", "dataset")})
     path = folder / (Path(ev.output).stem + ".cell.json")  # type: ignore[arg-type]
     if path.exists():
-        had = json.loads(path.read_text(encoding="utf-8"))
+        had = _settings(json.loads(path.read_text(encoding="utf-8")))
         if had != mine:
             diff = sorted(k for k in mine if had.get(k) != mine[k])
             raise ConfigError(f"{path}: the cell was run with other {', '.join(diff)} settings; "

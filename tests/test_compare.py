@@ -48,7 +48,8 @@ class Oracle:
 
 
 def test_compare_pairs_each_method_with_the_reference_and_resumes(tmp_path):
-    cfg = load_compare_config(_config(tmp_path, "  - name: ra_cot\n  - name: ircot\n    max_rounds: 2", limit=24))
+    cfg_file = _config(tmp_path, "  - name: ra_cot\n  - name: ircot\n    max_rounds: 2", limit=24)
+    cfg = load_compare_config(cfg_file)
     cells = compare(cfg, generator=Oracle(), progress=False)
     ra, ir = cells
     assert (ra.method, ir.method) == ("ra_cot", "ircot") and ra.summary.questions == ir.summary.questions == 24
@@ -68,6 +69,9 @@ def test_compare_pairs_each_method_with_the_reference_and_resumes(tmp_path):
     # a rerun resumes: nothing runs again (a generator that would fail proves it)
     again = compare(cfg, generator=None, progress=False)
     assert [c.summary.new for c in again] == [0, 0] and again[1].summary.em == ir.summary.em
+    # settings that change no output (progress bars) do not stop a resume
+    quiet = load_compare_config(cfg_file, ["--generator.progress", "false"])
+    assert [c.summary.new for c in compare(quiet, generator=None, progress=False)] == [0, 0]
     # other settings into the same folder are refused, naming the cell file
     with pytest.raises(ConfigError, match=r"ircot.cell.json: the cell was run with other strategy settings"):
         compare(load_compare_config(_config(tmp_path, "  - name: ra_cot\n  - name: ircot\n    max_rounds: 3")),
