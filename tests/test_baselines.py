@@ -174,14 +174,15 @@ def test_ircot_stops_on_an_empty_or_repeated_sentence():
 def test_self_ask_follows_up_retrieves_and_finishes():
     def reply(qid, req, n):
         if qid == "qa":
-            return [" Yes.\nFollow up: Who founded Acme Rails?\n", " Lida Born.\nFollow up: Where was Lida Born born?\n",
+            return [" Yes.\n\nFollow up: Who founded Acme Rails?\n", " Lida Born.\nFollow up: Where was Lida Born born?\n",
                     " Quarrytown.\nSo the final answer is: Quarrytown.\n"][n]
         return " No.\nSo the final answer is: Orb."
 
     out, gen, ret = run("self_ask", SelfAskConfig(passages=1), reply)
     a, b = out["qa"], out["qb"]
     assert [len(x) for x in gen.batches] == [2, 1, 1]
-    assert ret.batches == [["Who founded Acme Rails?"], ["Where was Lida Born born?"]]
+    assert ret.batches == [["Who founded Acme Rails?"], ["Where was Lida Born born?"]]  # a blank line is no stop
+    assert all("\n\n" not in req.stop for batch in gen.batches for req in batch)
     assert a.prediction == "Quarrytown" and a.stop_reason == "answered" and a.rounds == 2
     # each call continues the transcript: the follow-up, its context, "Intermediate answer:"
     last = a.calls[2]

@@ -28,7 +28,9 @@ INSTRUCTION = ("Answer the question by asking simpler follow up questions. Each 
                "searched and the context found is shown; answer it, then ask the next one or give the final answer.")
 NEEDED = "Are follow up questions needed here:"
 FINAL = "So the final answer is:"
-STOP = ("Context:", "Intermediate answer:", "\nQuestion:", "\n\n")
+#: where the model would write the context or the intermediate answer itself, or start a new question
+#: (no blank-line stop: a small model often puts a blank line before its first follow-up)
+STOP = ("Context:", "Intermediate answer:", "\nQuestion:")
 _FOLLOW_UP = re.compile(r"follow[ -]?up\s*:\s*(.*)", re.IGNORECASE)
 _FINAL = re.compile(r"final answer is\s*:?\s*(.*)", re.IGNORECASE)
 
