@@ -221,19 +221,24 @@ def test_react_searches_observes_and_finishes():
             return [" I need the founder.\nAction 1: Search[Acme Rails founder]\n",
                     " Lida Born founded it.\nAction 2: Search[Lida Born birthplace]",
                     " Found it.\nAction 3: Finish[Quarrytown]"][n]
-        return [" Hmm.\nI will look around.", " Orb is older.\nAction 2: Finish[Orb]"][n]
+        # B never writes an action with its thought: ReAct asks for the action on its own line
+        return [" Hmm.\nI will look around.", " nothing", " Orb is older.", " Finish[Orb]"][n]
 
     out, gen, ret = run("react", ReActConfig(passages=1), reply)
     a, b = out["qa"], out["qb"]
     assert ret.batches == [["Acme Rails founder"], ["Lida Born birthplace"]]
-    assert [len(x) for x in gen.batches] == [2, 2, 1]
+    assert [len(x) for x in gen.batches] == [2, 1, 2, 1, 1]
+    asked = gen.batches[1][0]
+    assert asked.prefix.endswith("Thought 1: Hmm.\nAction 1:") and asked.stop == ("\n",)
     assert a.prediction == "Quarrytown" and a.rounds == 3 and a.stop_reason == "answered"
     third = a.calls[2].output
     assert "Action 1: Search[Acme Rails founder]\nObservation 1: [1] Acme Rails: Acme Rails was founded by Lida Born.\nThought 2:" in third
     assert a.calls[2].passage_ids == ["p-acme", "p-lida"]
-    # an unreadable action: ReAct's invalid-action observation, recorded, and the loop goes on
-    assert b.calls[0].error == "no Search[query] or Finish[answer] action"
-    assert "Observation 1: Invalid action." in b.calls[1].output and b.prediction == "Orb"
+    # the action asked for is unreadable too: ReAct's invalid-action observation, recorded, and the loop goes on
+    assert b.calls[1].error == "no Search[query] or Finish[answer] action" and b.calls[0].error is None
+    assert "Action 1: nothing\nObservation 1: Invalid action." in b.calls[2].output
+    assert b.prediction == "Orb" and b.stop_reason == "answered" and b.rounds == 2
+    assert b.calls[3].output.endswith("Thought 2: Orb is older.\nAction 2: Finish[Orb]")
 
 
 def test_react_forces_finish_after_max_rounds_and_survives_a_refused_search():

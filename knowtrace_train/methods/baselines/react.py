@@ -3,7 +3,8 @@
 The transcript is the model's own answer text (the response prefix). Each call writes "Thought k:"
 and "Action k:" and stops where the observation would begin; Search[query] retrieves N passages,
 which become "Observation k:"; Finish[answer] ends the question. An action the parser cannot read
-gets ReAct's "invalid action" observation and the loop goes on; after `max_rounds` thoughts a
+is asked for again on its own line ("Action k:", as ReAct's code does); one still unreadable gets
+ReAct's "invalid action" observation and the loop goes on; after `max_rounds` thoughts a
 question that has not finished gets one forced "Finish[".
 """
 
@@ -21,10 +22,12 @@ from knowtrace_train.methods.baselines.config import ANSWER, REACT, REASON, ReAc
 from knowtrace_train.methods.baselines.runner import BaselineStrategy, Live, Runner, Step
 
 INSTRUCTION = ("Solve the question with interleaving Thought, Action and Observation steps. Thought reasons "
-               "about the situation; Action is one of: Search[query], which searches the documents and shows "
-               "the top ones as the Observation; Finish[answer], which gives the answer and ends.")
+               "about the situation; Action is one of: Search[...], which searches the documents for the query in "
+               "the brackets and shows the top ones as the Observation; Finish[...], which gives the answer in the brackets and ends.")
 STOP = ("\nObservation", "Observation:", "\nQuestion:", "\n\n")
-INVALID = "Invalid action. Valid actions are Search[query] and Finish[answer]."
+INVALID = "Invalid action. An action is Search[...] with a query, or Finish[...] with the answer."
+#: new tokens of an action asked for on its own
+ACTION_TOKENS = 24
 _ACTION = re.compile(r"\b(search|finish)\s*\[([^\]\n]*)\]?", re.IGNORECASE)
 _ACTION_LINE = re.compile(r"action\s*\d*\s*:", re.IGNORECASE)
 
@@ -96,15 +99,34 @@ class ReAct(BaselineStrategy):
                 break
             t0 = r.begin_step()
             steps = r.continue_transcripts(active, REASON, rnd, text_prompt, STOP, cfg.max_new_tokens)
-            searching: list[tuple[Live, str]] = []
-            observed: list[tuple[Live, str]] = []
+            acts: dict[int, tuple[dict, object]] = {}
+            no_action: list[Live] = []
             for step, call in zip(steps, r.generate(steps)):
                 lv = step.live
                 lv.traj.rounds = rnd
                 text = r.new_text(call, step)
                 act = parse_action(text)
                 call.parsed = act
-                lv.transcript += " " + kept_text(text).strip() if text.strip() else ""
+                if act["action"] is None and call.error is None:
+                    # ReAct's own loop: a thought without an action is kept to its first line and the
+                    # action asked for on its own ("Action k:", up to the line's end)
+                    lv.transcript += " " + act["thought"]
+                    no_action.append(lv)
+                else:
+                    lv.transcript += " " + kept_text(text).strip() if text.strip() else ""
+                acts[id(lv)] = (act, call)
+            asked = r.continue_transcripts(no_action, REASON, rnd, text_prompt, ("\n",), ACTION_TOKENS,
+                                           suffix=f"\nAction {rnd}:")
+            for step, call in zip(asked, r.generate(asked)):
+                text = r.new_text(call, step)
+                act = parse_action(f"{acts[id(step.live)][0]['thought']}\nAction {rnd}:{text}")
+                call.parsed = act
+                step.live.transcript += f"\nAction {rnd}:{text.rstrip()}"
+                acts[id(step.live)] = (act, call)
+            searching: list[tuple[Live, str]] = []
+            observed: list[tuple[Live, str]] = []
+            for lv in active:
+                act, call = acts[id(lv)]
                 if act["action"] == "finish":
                     answer = clean_answer(act["argument"] or "")
                     if answer is not None:
