@@ -187,12 +187,13 @@ def _reachable_config_classes() -> list[type]:
     import typing
 
     from knowtrace_train.config import TaggedConfig
+    from knowtrace_train.compare import CompareConfig
     from knowtrace_train.evaluate import EvalConfig
     from knowtrace_train.methods import METHODS
     from knowtrace_train.selftrain.config import SelfTrainConfig
 
     seen: list[type] = []
-    todo: list[type] = [SelfTrainConfig, EvalConfig]
+    todo: list[type] = [SelfTrainConfig, EvalConfig, CompareConfig]
     while todo:
         cls = todo.pop()
         if cls in seen:
@@ -317,10 +318,11 @@ def _keys_at_their_default(data, loaded, default, prefix=""):
 
 
 def _config_class(path: Path) -> type:
+    from knowtrace_train.compare import CompareConfig
     from knowtrace_train.evaluate import EvalConfig
     from knowtrace_train.selftrain.config import SelfTrainConfig
 
-    classes = {"selftrain_": SelfTrainConfig, "eval_": EvalConfig}
+    classes = {"selftrain_": SelfTrainConfig, "eval_": EvalConfig, "compare_": CompareConfig}
     return next(cls for prefix, cls in classes.items() if path.name.startswith(prefix))
 
 

@@ -9,7 +9,7 @@ import pytest
 
 PKG = Path(__file__).resolve().parents[1] / "knowtrace_train"
 SHARED = ("trajectory", "kg", "metrics", "io", "config", "stages", "data", "retrieval", "generation")
-LOOPS = ("selftrain", "train", "evaluate", "report", "report_html")
+LOOPS = ("selftrain", "train", "evaluate", "report", "report_html", "compare")
 
 
 def _band(module: str) -> str:

@@ -40,6 +40,10 @@ def _register_builtin() -> None:
     register(KnowTraceMethod())
     for method in mintqa_methods():  # the four MINTQA strategies, one name each
         register(method)
+    from knowtrace_train.methods.baselines import BASELINE_METHODS
+
+    for method in BASELINE_METHODS:
+        register(method())
 
 
 _register_builtin()
