@@ -37,6 +37,9 @@ def _register_builtin() -> None:
     from knowtrace_train.methods.knowtrace import KnowTraceMethod
 
     register(KnowTraceMethod())
+    from knowtrace_train.methods.trace import TraceMethod
+
+    register(TraceMethod())
 
 
 _register_builtin()
