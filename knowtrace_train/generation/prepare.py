@@ -173,6 +173,8 @@ def option_token_ids(tokenizer, options: Sequence[str], where: str = "") -> list
     for opt in options:
         if not isinstance(opt, str) or not opt.strip():
             raise GenerationError(f"{where}options must be non-empty strings, got {opt!r}")
+        if opt in options[: len(out)]:
+            raise GenerationError(f"{where}option {opt!r} is given twice")
         ids: list[int] = []
         for text in (opt.strip(), " " + opt.strip()):
             toks = tokenizer(text, add_special_tokens=False)["input_ids"]
