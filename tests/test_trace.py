@@ -370,3 +370,17 @@ def test_config_registration_and_validation(tmp_path):
     assert m.generator_roles(TraceConfig()) == {"answer", "kg", "select"}
     assert m.generator_roles(TraceConfig(reader="no_docs")) == {"answer"}
     assert len(LABELLED_DOCUMENTS) >= 3
+
+
+def test_bench_script_second_pass_generates_nothing(tiny_model_dir, capsys):
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / "bench_trace.py"
+    spec = importlib.util.spec_from_file_location("bench_trace", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    assert bench.main(["--documents", "3", "--max-new-tokens", "4", "--model", str(tiny_model_dir)]) == 0
+    last = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert last["documents"] == 3 and last["triples_agree"] == 3
+    assert last["first_pass_hit_rate"] == 0.0 and last["second_pass_hit_rate"] == 1.0 and last["second_pass_generated"] == 0
