@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from knowtrace_train.data.corpus import read_corpus  # noqa: E402
 from knowtrace_train.data.loaders import load_items  # noqa: E402
 from knowtrace_train.generation import GeneratorConfig, build_generator  # noqa: E402
-from knowtrace_train.methods.trace.kg_generator import KGGenerator, TripleCache  # noqa: E402
+from knowtrace_train.methods.trace.kg_generator import KGGenerator, ContentCache  # noqa: E402
 from knowtrace_train.retrieval import RetrieverConfig, build_retriever  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     docs = documents(args.documents)
     cfg = GeneratorConfig(model=args.model, prompt_format=args.prompt_format, progress=False)
 
-    def kg(cache: TripleCache) -> KGGenerator:
+    def kg(cache: ContentCache) -> KGGenerator:
         return KGGenerator(role="kg", demonstrations=3, max_triples=12, max_new_tokens=args.max_new_tokens, seed=0,
                            cache=cache, encoder=None, selection="fixed")
 
@@ -78,12 +78,12 @@ def main(argv: list[str] | None = None) -> int:
         results = {}
         for name, gen in (("one_at_a_time", OneAtATime(plain)), ("batched", batched)):
             t0 = time.perf_counter()
-            results[name] = kg(TripleCache(None)).run(docs, gen)
+            results[name] = kg(ContentCache(None)).run(docs, gen)
             timings[name] = time.perf_counter() - t0
             print(f"{name:14s} {len(docs)} documents in {timings[name]:.1f}s: {len(docs) / timings[name]:.2f} documents/s")
         agree = sum(results["batched"][d.id].triples == results["one_at_a_time"][d.id].triples for d in docs)
         with tempfile.TemporaryDirectory() as tmp:
-            cache = TripleCache(Path(tmp) / "kg")
+            cache = ContentCache(Path(tmp) / "kg")
             first = kg(cache)
             first.run(docs, batched)
             fill_rate = cache.hit_rate

@@ -19,7 +19,8 @@ from knowtrace_train.methods import get_method
 from knowtrace_train.methods.trace import Trace, TraceConfig
 from knowtrace_train.methods.trace.chains import (
     EXHAUSTED, LENGTH, STOP, Chain, beam_search, expand, keep_best, option_probabilities, ranker_fallback)
-from knowtrace_train.methods.trace.kg_generator import KGGenerator, TripleCache, parse_triples, pick_demonstrations
+from knowtrace_train.methods.trace.kg_generator import (
+    ContentCache, KGGenerator, document_key, parse_triples, pick_demonstrations)
 from knowtrace_train.methods.trace.prompts import LABELLED_DOCUMENTS, STOP_OPTION, render_select_prompt
 from knowtrace_train.methods.trace.ranker import TripleRanker, chain_query, top_candidates
 from knowtrace_train.methods.trace.readers import doc_context_passages, document_votes, triple_context
@@ -128,7 +129,7 @@ ITEM = QAItem("q1", "In which country was Ada Lin born?", ("Norway",), dataset="
 
 
 def test_kg_generator_batches_documents_and_caches_them_by_content(tmp_path):
-    cache = TripleCache(tmp_path / "kg")
+    cache = ContentCache(tmp_path / "kg")
     kg = KGGenerator(role="kg", demonstrations=2, max_triples=8, max_new_tokens=64, seed=0, cache=cache,
                      encoder=toy_encoder)
     gen = Scripted()
@@ -148,8 +149,8 @@ def test_kg_generator_batches_documents_and_caches_them_by_content(tmp_path):
     other = KGGenerator(role="kg", demonstrations=1, max_triples=8, max_new_tokens=64, seed=0, cache=cache, encoder=toy_encoder)
     other.run([DOCS[0]], gen)
     assert len(gen.generate_calls) == 2
-    assert TripleCache.key(DOCS[0], {"m": 1}, {}) != TripleCache.key(doc("Ada Lin", "changed"), {"m": 1}, {})
-    assert TripleCache.key(DOCS[0], {"m": 1}, {}) != TripleCache.key(DOCS[0], {"m": 2}, {})
+    assert document_key(DOCS[0], {"m": 1}, {}) != document_key(doc("Ada Lin", "changed"), {"m": 1}, {})
+    assert document_key(DOCS[0], {"m": 1}, {}) != document_key(DOCS[0], {"m": 2}, {})
     # a damaged entry is regenerated, not a crash
     for f in (tmp_path / "kg").rglob("*.json"):
         f.write_text("{not json")
@@ -165,7 +166,7 @@ def test_a_failing_document_is_recorded_and_the_others_go_on(tmp_path):
             return super().generate(requests)
 
     kg = KGGenerator(role="kg", demonstrations=0, max_triples=8, max_new_tokens=64, seed=0,
-                     cache=TripleCache(tmp_path), encoder=None)
+                     cache=ContentCache(tmp_path), encoder=None)
     out = kg.run(list(DOCS), Failing())
     assert out[DOCS[2].id].error.startswith("generation failed") and out[DOCS[1].id].triples
     assert len(list(tmp_path.rglob("*.json"))) == 2  # the failure is not cached
@@ -320,9 +321,12 @@ def test_the_four_readers_share_the_cached_graph(tmp_path):
     assert [votes[p] for p in passages] == sorted((votes[p] for p in passages), reverse=True)
     kg_batches = len([c for c in gen.generate_calls if c[0].prompt.rstrip().endswith("Triples:")])
     assert kg_batches == 1
+    scored = len(gen.score_calls)
     (t2,) = run_trace(tmp_path, gen, reader="triple")
     assert len([c for c in gen.generate_calls if c[0].prompt.rstrip().endswith("Triples:")]) == 1  # all cached
     assert t2.meta["kg"]["cached"] == 3
+    # the selector's scores are cached too: the same chains, nothing scored again
+    assert len(gen.score_calls) == scored and t2.meta["chains"] == t.meta["chains"]
     (a,) = run_trace(tmp_path, gen, reader="all_docs")
     assert a.calls[-1].passage_ids == [p.id for p in DOCS] and [c.role for c in a.calls] == ["answer"]
     (n,) = run_trace(tmp_path, gen, reader="no_docs")

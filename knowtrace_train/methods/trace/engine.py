@@ -17,12 +17,18 @@ from typing import Callable, Sequence
 import numpy as np
 
 from knowtrace_train.data.schema import Passage, QAItem
-from knowtrace_train.generation.base import Completion, GenerationError, GenerationRequest, Generator, OptionScorer
+from knowtrace_train.generation.base import Completion, GenerationError, GenerationRequest, Generator, OptionScorer, OptionScores
 from knowtrace_train.kg import KnowledgeGraph, TracedTriplet, Triplet
 from knowtrace_train.methods.hints import trajectory_id
 from knowtrace_train.methods.trace.chains import Chain, Pending, beam_search, option_probabilities, ranker_fallback
 from knowtrace_train.methods.trace.config import ANSWER, KG, SELECT, STRATEGY_NAME, TraceConfig
-from knowtrace_train.methods.trace.kg_generator import DocumentTriples, KGGenerator, default_cache
+from knowtrace_train.methods.trace.kg_generator import (
+    DocumentTriples,
+    KGGenerator,
+    content_key,
+    default_cache,
+    generator_identity,
+)
 from knowtrace_train.methods.trace.prompts import READER_STOP, option_letters, render_reader_prompt, render_select_prompt
 from knowtrace_train.methods.trace.ranker import Encoder, TripleRanker, chain_query, load_encoder
 from knowtrace_train.methods.trace.readers import doc_context_passages, documents_context, triple_context
@@ -69,10 +75,13 @@ class Trace:
 
     name = STRATEGY_NAME
 
-    def __init__(self, config: TraceConfig, *, encoder: Encoder | None = None, cache=None) -> None:
+    def __init__(self, config: TraceConfig, *, encoder: Encoder | None = None) -> None:
         self.config = config
         self._encoder = encoder
-        self.cache = cache if cache is not None else default_cache(config.cache, config.cache_dir)
+        #: documents' triples, and the selector's scores (by prompt, options and model): a second run
+        #: over the same questions, or another reader of the chains, scores nothing again
+        self.cache = default_cache(config.cache, config.cache_dir, "kg")
+        self.score_cache = default_cache(config.cache, config.cache_dir, "select")
 
     @property
     def encoder(self) -> Encoder:
@@ -220,8 +229,28 @@ class Trace:
             q.traj.rounds = max((len(ch.triples) for ch in chains), default=0)
         return result
 
+    def _score(self, generator, requests, letters) -> list:
+        """Option scores per request (from the cache where the same prompt was scored by the same model);
+        a request the backend refuses comes back as its GenerationError."""
+        identity = generator_identity(generator, self.config.roles.select)
+        keys = [content_key({"prompt": r.prompt, "role": r.role, "options": o, "model": identity})
+                for r, o in zip(requests, letters)]
+        out: list = [None] * len(requests)
+        for i, key in enumerate(keys):
+            record = self.score_cache.get(key)
+            if record is not None and isinstance(record.get("logprobs"), dict):
+                out[i] = OptionScores(record["logprobs"], int(record.get("prompt_tokens", 0)))
+        todo = [i for i, o in enumerate(out) if o is None]
+        for i, s in zip(todo, self._score_uncached(generator, [requests[i] for i in todo], [letters[i] for i in todo])):
+            out[i] = s
+            if isinstance(s, OptionScores):
+                self.score_cache.put(keys[i], {"logprobs": s.logprobs, "prompt_tokens": s.prompt_tokens})
+        return out
+
     @staticmethod
-    def _score(generator, requests, letters) -> list:
+    def _score_uncached(generator, requests, letters) -> list:
+        if not requests:
+            return []
         try:
             return generator.score_options(requests, letters)
         except GenerationError as e:

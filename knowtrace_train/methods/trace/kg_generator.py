@@ -80,20 +80,25 @@ class DocumentTriples:
     error: str | None = None
 
 
-class TripleCache:
-    """Each document's KG generator output as one JSON file under `<cache home>/trace/kg/`; `root`
-    None keeps nothing. Counts hits and misses."""
+def content_key(content: dict[str, Any]) -> str:
+    """SHA-256 of a JSON-able mapping (keys sorted): the name of a cache entry."""
+    return hashlib.sha256(json.dumps(content, sort_keys=True, ensure_ascii=False).encode("utf-8")).hexdigest()
+
+
+def document_key(passage: Passage, identity: dict[str, Any], settings: dict[str, Any]) -> str:
+    """A document's KG cache key: its title and text, the model's identity, the prompt version, the settings."""
+    return content_key({"title": passage.title, "text": passage.text, "model": identity, "prompt": PROMPT_VERSION,
+                        "settings": settings})
+
+
+class ContentCache:
+    """JSON records (a document's KG output, a selector step's scores) as one file each under `root`,
+    named by content key; `root` None keeps nothing. Counts hits and misses."""
 
     def __init__(self, root: str | Path | None) -> None:
         self.root = None if root is None else Path(root)
         self.hits = 0
         self.misses = 0
-
-    @staticmethod
-    def key(passage: Passage, identity: dict[str, Any], settings: dict[str, Any]) -> str:
-        blob = json.dumps({"title": passage.title, "text": passage.text, "model": identity, "prompt": PROMPT_VERSION,
-                           "settings": settings}, sort_keys=True, ensure_ascii=False)
-        return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 
     def _path(self, key: str) -> Path:
         assert self.root is not None
@@ -105,8 +110,8 @@ class TripleCache:
             return None
         try:
             record = json.loads(self._path(key).read_text(encoding="utf-8"))
-            if not isinstance(record, dict) or not isinstance(record.get("output"), str):
-                raise ValueError("not a cached KG output")
+            if not isinstance(record, dict):
+                raise ValueError("not a cached record")
         except FileNotFoundError:
             self.misses += 1
             return None
@@ -129,8 +134,9 @@ class TripleCache:
         return None if n == 0 else self.hits / n
 
 
-def default_cache(enabled: bool, cache_dir: str | None) -> TripleCache:
-    return TripleCache(cache_home(cache_dir) / "trace" / "kg" if enabled else None)
+def default_cache(enabled: bool, cache_dir: str | None, kind: str = "kg") -> ContentCache:
+    """The cache of `kind` ("kg": documents' triples, "select": selector scores) under the cache home."""
+    return ContentCache(cache_home(cache_dir) / "trace" / kind if enabled else None)
 
 
 def generator_identity(generator: Generator, role: str) -> dict[str, Any]:
@@ -163,7 +169,7 @@ class KGGenerator:
     """Documents -> their triples, one batched `generate` call for all uncached documents."""
 
     def __init__(self, *, role: str, demonstrations: int, max_triples: int, max_new_tokens: int, seed: int,
-                 cache: TripleCache, encoder: Encoder | None, selection: str = "similar",
+                 cache: ContentCache, encoder: Encoder | None, selection: str = "similar",
                  labelled: Sequence[LabelledDocument] = LABELLED_DOCUMENTS) -> None:
         self.selection = selection
         if demonstrations and selection == "similar" and encoder is None:
@@ -200,9 +206,9 @@ class KGGenerator:
         out: dict[str, DocumentTriples] = {}
         todo: list[tuple[str, Passage]] = []
         for pid, p in unique.items():
-            key = self.cache.key(p, identity, settings)
+            key = document_key(p, identity, settings)
             record = self.cache.get(key)
-            if record is None:
+            if record is None or not isinstance(record.get("output"), str):
                 todo.append((key, p))
                 continue
             out[pid] = self._finish(DocumentTriples(
