@@ -307,7 +307,9 @@ def _keys_at_their_default(data, loaded, default, prefix=""):
         if isinstance(v, dict) and dataclasses.is_dataclass(value):
             if not v:
                 found.append(key)
-            found += _keys_at_their_default(v, value, base if type(base) is type(value) else type(value)(), key)
+            switched = type(base) is not type(value)  # a tagged section naming another class: its `name` is needed
+            inner = _keys_at_their_default(v, value, type(value)() if switched else base, key)
+            found += [f for f in inner if not (switched and f == f"{key}.name")]
         elif value == base:
             found.append(key)
     return found
