@@ -17,6 +17,8 @@ from knowtrace_train.generation.base import (
     Generator,
     GeneratorBase,
     GeneratorClosedError,
+    OptionScorer,
+    OptionScores,
 )
 from knowtrace_train.generation.config import GeneratorConfig
 from knowtrace_train.generation.models import DEFAULT_ALIAS, resolve_model
@@ -31,6 +33,8 @@ __all__ = [
     "GeneratorBase",
     "GeneratorClosedError",
     "GeneratorConfig",
+    "OptionScorer",
+    "OptionScores",
     "build_generator",
     "resolve_model",
 ]

@@ -111,6 +111,34 @@ def generate_each(generator: Generator, requests: Sequence[GenerationRequest]) -
     return list(out)
 
 
+@dataclass(frozen=True)
+class OptionScores:
+    """What `score_options` returns for one request: each option's log-probability of being what
+    the model writes next (its first token; the variants with and without a leading space summed),
+    under the full next-token distribution. None where the backend does not report that token
+    (vLLM reports only its top `logprobs`); the caller decides what a missing option means."""
+
+    logprobs: dict[str, float | None]
+    prompt_tokens: int
+    truncated_tokens: int = 0
+
+
+@runtime_checkable
+class OptionScorer(Protocol):
+    """An optional capability beside `Generator`: score multiple-choice options from the next-token
+    logits after a prompt (one batched prefill, no decoding), as a selector that "reads the option
+    letter's probability" needs. Requests are prepared as `generate` prepares them (the role picks
+    the adapter, `prompt_format` renders the prompt, `prefix` is fed after it); `max_new_tokens`,
+    `stop`, `temperature` and `seed` are ignored. `options[i]` are request i's option strings
+    (e.g. "A", "B", ...); two options whose first tokens coincide are an error (GenerationError).
+    The transformers and vLLM backends implement it; a scripted test generator implements it by
+    returning `OptionScores` of its own."""
+
+    def score_options(
+        self, requests: Sequence[GenerationRequest], options: Sequence[Sequence[str]]
+    ) -> list[OptionScores]: ...
+
+
 class GeneratorBase(Generator):
     """What the backends share: `close()` runs the backend's `_release()` once, the generator is a
     context manager (`with build_generator(cfg) as g:` closes it on the way out, error or not), and

@@ -24,7 +24,15 @@ from typing import Iterator, Sequence
 import torch
 from tqdm.auto import tqdm
 
-from knowtrace_train.generation.base import Completion, GenerationError, GenerationRequest, GeneratorBase, free_memory, request_seed
+from knowtrace_train.generation.base import (
+    Completion,
+    GenerationError,
+    GenerationRequest,
+    GeneratorBase,
+    OptionScores,
+    free_memory,
+    request_seed,
+)
 from knowtrace_train.generation.config import GeneratorConfig
 from knowtrace_train.generation.devices import local_rank, process_device
 from knowtrace_train.generation.models import resolve_model
@@ -35,7 +43,14 @@ from knowtrace_train.generation.prefix import (
     plan_prefix_groups,
     register_attention,
 )
-from knowtrace_train.generation.prepare import PreparedRequest, PromptPreparer, RoleAdapters, cut_at_stop
+from knowtrace_train.generation.prepare import (
+    PreparedRequest,
+    PromptPreparer,
+    RoleAdapters,
+    combine_option_logprobs,
+    cut_at_stop,
+    option_token_ids,
+)
 
 __all__ = ["TransformersGenerator", "load_with_adapters", "check_adapter_dir"]
 
@@ -204,6 +219,36 @@ class TransformersGenerator(GeneratorBase):
                             bar.update(1)
         return [r for r in results if r is not None]
 
+    def score_options(self, requests: Sequence[GenerationRequest], options: Sequence[Sequence[str]]) -> list[OptionScores]:
+        """`OptionScorer`: one prefill per request (batched by adapter and shared prefix, in chunks of
+        `prefill_chunk_tokens`), no decoding; the log-softmax of the last position's logits."""
+        self._check_open()
+        if len(options) != len(requests):
+            raise GenerationError(f"score_options: {len(requests)} requests but {len(options)} option lists")
+        prepared = self.preparer.prepare(requests)
+        token_ids = [option_token_ids(self.tokenizer, o, f"request {i}: ") for i, o in enumerate(options)]
+        results: list[OptionScores | None] = [None] * len(prepared)
+        by_adapter: dict[str | None, list[PreparedRequest]] = defaultdict(list)
+        for p in prepared:
+            by_adapter[p.adapter].append(p)
+        with torch.inference_mode():
+            for adapter, items in by_adapter.items():
+                with self._adapter(adapter):
+                    for group, prefix in self._plan(adapter, items):
+                        n = prefix.length if prefix else 0
+                        group = sorted(group, key=lambda r: len(r.input_ids))
+                        suffixes = [r.input_ids[n:] for r in group]
+                        for lo, hi in self._chunks([len(x) for x in suffixes]):
+                            logits, _, _ = self._prefill_part(suffixes[lo:hi], prefix)
+                            logp = torch.log_softmax(logits, dim=-1)
+                            self.stats["prompt_tokens_prefilled"] += sum(len(x) for x in suffixes[lo:hi])
+                            for row, r in enumerate(group[lo:hi]):
+                                wanted = {t: float(logp[row, t]) for t in set().union(*token_ids[r.index])}
+                                results[r.index] = OptionScores(
+                                    combine_option_logprobs(options[r.index], token_ids[r.index], wanted),
+                                    prompt_tokens=len(r.input_ids), truncated_tokens=r.truncated_tokens)
+        return [r for r in results if r is not None]
+
     # -- planning ----------------------------------------------------------------------------------
 
     def _plan(self, adapter: str | None, items: list[PreparedRequest]):
@@ -363,6 +408,13 @@ class TransformersGenerator(GeneratorBase):
     def _prefill(self, suffixes, rows: list[int], column: int, cache: KVBuffers, prefix) -> torch.Tensor:
         """Prefill `suffixes` (left-padded to their own longest) into cache rows `rows`, ending at
         `column`; the logits of each one's last token."""
+        logits, part, w = self._prefill_part(suffixes, prefix)
+        cache.place(part, rows=torch.tensor(rows, device=self.device), columns=slice(column - w, column))
+        return logits
+
+    def _prefill_part(self, suffixes, prefix) -> tuple[torch.Tensor, KVBuffers, int]:
+        """Forward `suffixes` left-padded to their own longest (width w) under `prefix`: the logits of
+        each one's last token, their keys/values and w."""
         dev = self.device
         p = prefix.length if prefix else 0
         w = max(len(s) for s in suffixes)
@@ -378,9 +430,7 @@ class TransformersGenerator(GeneratorBase):
         # a pad position sees only itself (never an empty softmax row); real tokens never see pads
         mask = (causal[None] & (real[:, None, :] | eye[None]))[:, None]
         part = KVBuffers(w)
-        logits = self._forward(ids, mask, positions, part, prefix)
-        cache.place(part, rows=torch.tensor(rows, device=dev), columns=slice(column - w, column))
-        return logits
+        return self._forward(ids, mask, positions, part, prefix), part, w
 
     def _forward(self, ids, mask, positions, cache, prefix) -> torch.Tensor:
         out = self.model(

@@ -161,3 +161,45 @@ def cut_at_stop(text: str, stop: Sequence[str]) -> tuple[str, bool]:
     """`text` up to the earliest stop string, and whether one was found."""
     cut = min((i for i in (text.find(s) for s in stop) if i >= 0), default=-1)
     return (text[:cut], True) if cut >= 0 else (text, False)
+
+
+def option_token_ids(tokenizer, options: Sequence[str], where: str = "") -> list[tuple[int, ...]]:
+    """For each option string, the token ids that start it as the next text: the first token of
+    the option on its own and of the option after a space (a letter after "Answer:" is " A", at the
+    start of an assistant turn "A"). Options whose first tokens coincide cannot be told apart:
+    a GenerationError."""
+    out: list[tuple[int, ...]] = []
+    owner: dict[int, str] = {}
+    for opt in options:
+        if not isinstance(opt, str) or not opt.strip():
+            raise GenerationError(f"{where}options must be non-empty strings, got {opt!r}")
+        if opt in options[: len(out)]:
+            raise GenerationError(f"{where}option {opt!r} is given twice")
+        ids: list[int] = []
+        for text in (opt.strip(), " " + opt.strip()):
+            toks = tokenizer(text, add_special_tokens=False)["input_ids"]
+            if toks and toks[0] not in ids:
+                ids.append(toks[0])
+        for t in ids:
+            if owner.setdefault(t, opt) != opt:
+                raise GenerationError(f"{where}options {owner[t]!r} and {opt!r} start with the same token")
+        out.append(tuple(ids))
+    return out
+
+
+def combine_option_logprobs(
+    options: Sequence[str], token_ids: Sequence[tuple[int, ...]], logprob: Mapping[int, float]
+) -> dict[str, float | None]:
+    """Each option's log-probability: log of the summed probabilities of its starting tokens; None
+    where none of them is in `logprob` (a backend that reports only its top tokens)."""
+    import math
+
+    out: dict[str, float | None] = {}
+    for opt, ids in zip(options, token_ids):
+        vals = [logprob[t] for t in ids if t in logprob]
+        if not vals:
+            out[opt] = None
+            continue
+        top = max(vals)
+        out[opt] = top if top == -math.inf else top + math.log(sum(math.exp(v - top) for v in vals))
+    return out

@@ -13,12 +13,20 @@ import logging
 import os
 from typing import Sequence
 
-from knowtrace_train.generation.base import Completion, GenerationError, GenerationRequest, GeneratorBase, free_memory, request_seed
+from knowtrace_train.generation.base import (
+    Completion,
+    GenerationError,
+    GenerationRequest,
+    GeneratorBase,
+    OptionScores,
+    free_memory,
+    request_seed,
+)
 from knowtrace_train.generation.config import GeneratorConfig
 from knowtrace_train.generation.devices import engine_visible_devices, local_rank, process_device, visible_devices
 from knowtrace_train.generation.hf import check_adapter_dir
 from knowtrace_train.generation.models import resolve_model
-from knowtrace_train.generation.prepare import PromptPreparer, RoleAdapters
+from knowtrace_train.generation.prepare import PromptPreparer, RoleAdapters, combine_option_logprobs, option_token_ids
 
 log = logging.getLogger(__name__)
 
@@ -194,6 +202,37 @@ class VLLMGenerator(GeneratorBase):
             )
             for i, o in zip(idx, outputs):
                 results[i] = self._completion(prepared[i], o.outputs[0])
+        return [r for r in results if r is not None]
+
+    #: how many top next tokens `score_options` asks vLLM for (its default `max_logprobs` is 20)
+    option_logprobs = 20
+
+    def score_options(self, requests: Sequence[GenerationRequest], options: Sequence[Sequence[str]]) -> list[OptionScores]:
+        """`OptionScorer` through vLLM's log-probabilities: one greedy token per request with the top
+        `option_logprobs` next-token log-probabilities; an option outside them is None."""
+        self._check_open()
+        from vllm import SamplingParams
+
+        if len(options) != len(requests):
+            raise GenerationError(f"score_options: {len(requests)} requests but {len(options)} option lists")
+        prepared = self.preparer.prepare(requests)
+        token_ids = [option_token_ids(self.tokenizer, o, f"request {i}: ") for i, o in enumerate(options)]
+        params = SamplingParams(max_tokens=1, temperature=0.0, logprobs=self.option_logprobs)
+        by_adapter: dict[str | None, list[int]] = {}
+        for i, p in enumerate(prepared):
+            by_adapter.setdefault(p.adapter, []).append(i)
+        results: list[OptionScores | None] = [None] * len(prepared)
+        for adapter, idx in by_adapter.items():
+            outputs = self.llm.generate(
+                [{"prompt_token_ids": list(prepared[i].input_ids)} for i in idx], [params] * len(idx),
+                lora_request=self.lora[adapter] if adapter else None, use_tqdm=False,
+            )
+            for i, o in zip(idx, outputs):
+                top = (o.outputs[0].logprobs or [{}])[0]
+                logprob = {int(t): float(getattr(v, "logprob", v)) for t, v in top.items()}
+                results[i] = OptionScores(combine_option_logprobs(options[i], token_ids[i], logprob),
+                                          prompt_tokens=len(prepared[i].input_ids),
+                                          truncated_tokens=prepared[i].truncated_tokens)
         return [r for r in results if r is not None]
 
     @staticmethod

@@ -34,15 +34,16 @@ def unregister(name: str) -> None:
 
 
 def _register_builtin() -> None:
+    from knowtrace_train.methods.baselines import BASELINE_METHODS
     from knowtrace_train.methods.knowtrace import KnowTraceMethod
     from knowtrace_train.methods.mintqa import mintqa_methods
+    from knowtrace_train.methods.trace import TraceMethod
 
     register(KnowTraceMethod())
+    register(TraceMethod())
     for method in mintqa_methods():  # the four MINTQA strategies, one name each
         register(method)
-    from knowtrace_train.methods.baselines import BASELINE_METHODS
-
-    for method in BASELINE_METHODS:
+    for method in BASELINE_METHODS:  # the KnowTrace paper's baselines, one name each
         register(method())
 
 
