@@ -41,11 +41,11 @@ def _metrics(it, em: float, n: int = 24, fa: float | None = None) -> dict:
 
 
 def no_graph_trajectory() -> Trajectory:
-    """A chain-style method's trajectory (as TRACE/DoG write it) with calls but no graph."""
+    """A chain-style method's trajectory with calls but no graph, from a method this checkout does not register."""
     calls = [ModelCall(0, "chain", 1, "prompt", "a reasoning chain", 3, 4, parsed=None),
              ModelCall(1, "answer", 2, "prompt", "Answer: Paris", 3, 2, parsed={"answer": "Paris"})]
     return Trajectory(id="chain-1", question_id="chain-1", question="What is the capital of France?", answers=["Paris"],
-                      dataset="hotpotqa", strategy="trace", calls=calls, prediction="Paris", em=1.0, f1=1.0)
+                      dataset="hotpotqa", strategy="unregistered_chain", calls=calls, prediction="Paris", em=1.0, f1=1.0)
 
 
 def xss_trajectory() -> Trajectory:
