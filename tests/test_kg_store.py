@@ -48,3 +48,53 @@ def test_missing_entity_and_relation(store):
     assert store.has_entity("Zürich")
     assert store.get_relations("Nobody") == []
     assert store.triple_filling("Ada Lovelace", "mother") == []
+
+
+def _serve(store):
+    """A loopback SPARQL endpoint answering from the embedded store, as JSON results."""
+    import json
+    import threading
+    import urllib.parse
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+
+    class H(BaseHTTPRequestHandler):
+        def do_POST(self):
+            q = urllib.parse.parse_qs(self.rfile.read(int(self.headers["Content-Length"])).decode())["query"][0]
+            sols = store.store.query(q)
+            names = [v.value for v in sols.variables]
+            rows = [{n: {"type": "literal", "value": s[n].value} for n in names if s[n] is not None} for s in sols]
+            body = json.dumps({"head": {"vars": names}, "results": {"bindings": rows}}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/sparql-results+json")
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *a):
+            pass
+
+    srv = HTTPServer(("127.0.0.1", 0), H)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    return srv
+
+
+def test_endpoint_answers_like_the_embedded_store(store):
+    from knowtrace_train.kg_store import EndpointStore
+    srv = _serve(store)
+    try:
+        ep = EndpointStore(f"http://127.0.0.1:{srv.server_port}/sparql", timeout=5)
+        assert ep.get_relations("Lord Byron") == store.get_relations("Lord Byron")
+        assert ep.triple_filling("Zürich", "~born in") == store.triple_filling("Zürich", "~born in")
+        assert ep.has_entity("Ada Lovelace") and not ep.has_entity("Nobody")
+    finally:
+        srv.shutdown()
+
+
+def test_unreachable_endpoint_is_a_clear_error():
+    from knowtrace_train.kg_store import EndpointStore, KGStoreError
+    ep = EndpointStore("http://127.0.0.1:9/sparql", timeout=2)
+    with pytest.raises(KGStoreError, match="127.0.0.1:9"):
+        ep.get_relations("Ada Lovelace")
+
+
+def test_serialize_is_ntriples(store):
+    assert b"urn:knowtrace:e:Z%C3%BCrich" in store.serialize()

@@ -22,7 +22,14 @@ def _iri(kind: str, name: str) -> str:
     return f"<{_NS}{kind}:{quote(name, safe='')}>"
 
 
-class GraphStore:
+class _Base:
+    lookups = 0
+
+    def _select(self, query: str) -> list[tuple[str, ...]]:
+        raise NotImplementedError
+
+
+class GraphStore(_Base):
     """Triples (subject, relation, object) by name in; names out. Identifiers stay inside.
 
     get_relations(entity) lists outgoing relations and incoming ones written "~relation" (the
@@ -55,7 +62,11 @@ class GraphStore:
         return [tuple(term.value for term in sol) for sol in self.store.query(query)]
 
     def has_entity(self, entity: str) -> bool:
-        return bool(self.store.query(f"ASK {{ {_iri('e', entity)} <{_LABEL}> ?l }}"))
+        return bool(self._select(f"SELECT ?l WHERE {{ {_iri('e', entity)} <{_LABEL}> ?l }} LIMIT 1"))
+
+    def serialize(self) -> bytes:
+        """The graph as N-Triples: what an endpoint (Virtuoso, QLever) loads to serve the same queries."""
+        return self.store.dump(format=self._ox.RdfFormat.N_TRIPLES, from_graph=self._ox.DefaultGraph())
 
     def get_relations(self, entity: str) -> list[str]:
         """Outgoing relations of the entity, then incoming ones as "~relation"; sorted, unique."""
@@ -74,3 +85,32 @@ class GraphStore:
             return sorted((row[0], rel, entity) for row in rows)
         rows = self._select(f"SELECT ?l WHERE {{ {e} {r} ?o . ?o <{_LABEL}> ?l }}")
         return sorted((entity, rel, row[0]) for row in rows)
+
+
+class EndpointStore(GraphStore):
+    """The same SPARQL queries sent to an endpoint URL (SPARQL 1.1 protocol, JSON results) holding a
+    graph built as GraphStore builds it (GraphStore.serialize). An unreachable endpoint or a bad
+    answer is a KGStoreError naming the URL."""
+
+    def __init__(self, url: str, timeout: float = 10.0):
+        self.url, self.timeout, self.lookups = url, timeout, 0
+
+    def _select(self, query: str) -> list[tuple[str, ...]]:
+        import json
+        import urllib.error
+        import urllib.parse
+        import urllib.request
+
+        self.lookups += 1
+        req = urllib.request.Request(
+            self.url, data=urllib.parse.urlencode({"query": query}).encode(),
+            headers={"Accept": "application/sparql-results+json",
+                     "Content-Type": "application/x-www-form-urlencoded"})
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
+                body = json.loads(resp.read().decode("utf-8"))
+            rows = body["results"]["bindings"]
+            names = body["head"]["vars"]
+        except (urllib.error.URLError, OSError, ValueError, KeyError, TypeError) as e:
+            raise KGStoreError(f"SPARQL endpoint {self.url} did not answer: {e}") from e
+        return [tuple(row[n]["value"] for n in names if n in row) for row in rows]
