@@ -98,3 +98,12 @@ def test_unreachable_endpoint_is_a_clear_error():
 
 def test_serialize_is_ntriples(store):
     assert b"urn:knowtrace:e:Z%C3%BCrich" in store.serialize()
+
+
+def test_hits_at_1_matches_gold_or_alias_exactly():
+    from knowtrace_train.metrics import hits_at_1, hits_at_1_by_hops
+    assert hits_at_1("the Lord Byron", ["George Gordon Byron", "Lord Byron"]) == 1.0
+    assert hits_at_1("Byron", ["Lord Byron"]) == 0.0
+    assert hits_at_1(None, ["x"]) == 0.0
+    by = hits_at_1_by_hops(["London", "Paris", None], [["London"], ["Rome"], ["x"]], [2, 2, 3])
+    assert by["2"]["n"] == 2 and by["2"]["hits@1"] == 0.5 and by["3"]["hits@1"] == 0.0
