@@ -107,3 +107,18 @@ def test_hits_at_1_matches_gold_or_alias_exactly():
     assert hits_at_1(None, ["x"]) == 0.0
     by = hits_at_1_by_hops(["London", "Paris", None], [["London"], ["Rome"], ["x"]], [2, 2, 3])
     assert by["2"]["n"] == 2 and by["2"]["hits@1"] == 0.5 and by["3"]["hits@1"] == 0.0
+
+
+def test_metaqa_files(tmp_path):
+    from knowtrace_train.kg_store.sources import read_metaqa_kb, read_metaqa_questions
+    kb = tmp_path / "kb.txt"
+    kb.write_text("Kismet|directed_by|William Dieterle\nKismet|release_year|1944\n", encoding="utf-8")
+    qa = tmp_path / "qa_dev.txt"
+    qa.write_text("who directed [Kismet]\tWilliam Dieterle\n", encoding="utf-8")
+    g = GraphStore(read_metaqa_kb(kb))
+    rows = read_metaqa_questions(qa, hops=1)
+    assert rows[0]["topic"] == "Kismet" and rows[0]["question"] == "who directed Kismet"
+    assert g.triple_filling(rows[0]["topic"], "directed_by")[0][2] in rows[0]["answers"]
+    (tmp_path / "bad.txt").write_text("Kismet|directed_by\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="bad.txt:1"):
+        read_metaqa_kb(tmp_path / "bad.txt")
