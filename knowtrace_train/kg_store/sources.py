@@ -1,4 +1,4 @@
-"""Triples for a graph store: MetaQA's kb.txt and its qa_*.txt questions, the world's facts."""
+"""Triples for a graph store from files users bring: MetaQA's kb.txt and its qa_*.txt questions."""
 
 from __future__ import annotations
 
