@@ -122,3 +122,15 @@ def test_metaqa_files(tmp_path):
     (tmp_path / "bad.txt").write_text("Kismet|directed_by\n", encoding="utf-8")
     with pytest.raises(ValueError, match="bad.txt:1"):
         read_metaqa_kb(tmp_path / "bad.txt")
+
+
+def test_world_facts_load_and_answer():
+    import time
+    from knowtrace_train.data.world import make_world, world_facts
+    facts = world_facts(make_world(seed=0, scale=0.2, n_train=1, n_dev=1, n_test=1).kb)
+    t = time.perf_counter()
+    g = GraphStore(facts)
+    s, r, o = facts[0]
+    assert r in g.get_relations(s) and "~" + r in g.get_relations(o)
+    assert (s, r, o) in g.triple_filling(s, r) and (s, r, o) in g.triple_filling(o, "~" + r)
+    assert time.perf_counter() - t < 30
