@@ -401,3 +401,29 @@ def scores_by_group(
         out[g] = {"n": len(rows), **{k: round(float(v), 4) for k, v in aggregate(rows).items() if k != "count"},
                   "em_interval": None if iv.low is None else [round(iv.low, 4), round(iv.high, 4)]}  # type: ignore[arg-type]
     return out
+
+
+def hits_at_1(prediction: str | None, answers: Sequence[str] | str) -> float:
+    """Hits@1 of a graph-QA answer (DoG's measure): 1 when the single answer exactly matches (after
+    normalisation) one gold entity name or alias, else 0; no answer scores 0."""
+    golds = (answers,) if isinstance(answers, str) else tuple(answers)
+    if prediction is None or not golds:
+        return 0.0
+    return max(exact_match(prediction, g) for g in golds)
+
+
+def hits_at_1_by_hops(
+    predictions: Sequence[str | None], answers: Sequence[Sequence[str]], hops: Sequence[int | None], *, seed: int = 0
+) -> dict[str, dict[str, Any]]:
+    """Hits@1 per hop count (None under "unknown"): {"n", "hits@1", "interval": [low, high] or None}."""
+    if not (len(predictions) == len(answers) == len(hops)):
+        raise ValueError("hits_at_1_by_hops: predictions, answers and hops must align")
+    by: dict[str, list[float]] = {}
+    for p, a, h in zip(predictions, answers, hops):
+        by.setdefault("unknown" if h is None else str(h), []).append(hits_at_1(p, a))
+    out: dict[str, dict[str, Any]] = {}
+    for g in sorted(by):
+        iv = bootstrap_interval(by[g], seed=seed)
+        out[g] = {"n": len(by[g]), "hits@1": round(sum(by[g]) / len(by[g]), 4),
+                  "interval": None if iv.low is None else [round(iv.low, 4), round(iv.high, 4)]}  # type: ignore[arg-type]
+    return out
