@@ -318,3 +318,48 @@ def test_hostile_model_text_stays_text_and_a_graphless_trajectory_says_so(tmp_pa
     assert browser.eval("document.querySelector('#no-graph') !== null")
     assert browser.eval("document.querySelectorAll('#question-view .call').length") == 2
     assert browser.errors() == []
+
+
+# -- other methods' trajectories: TRACE's chains are its evidence -------------------------------------------
+
+
+def trace_trajectory(tmp_path: Path) -> Trajectory:
+    """A TRACE-Triple trajectory from the scripted end-to-end run of tests/test_trace.py."""
+    from test_trace import run_trace
+
+    (t,) = run_trace(tmp_path / "trace-cache")
+    return t
+
+
+def test_trace_explains_its_chains_as_the_evidence_and_never_raises_on_bad_meta(tmp_path):
+    t = trace_trajectory(tmp_path)
+    ex = get_method("trace").explain(t, get_method("trace").config_class())
+    chained = {i for ch in t.meta["chains"] for i in ch["triplets"]}
+    assert ex["status"] == "ok" and set(ex["evidence"]) == chained and ex["dropped"] == {}
+    assert ex["initial_entities"] == ["ada lin"] and ex["target_entities"] == ["norway"]
+    for bad in ({"chains": "x"}, {"chains": [None, {"triplets": [99, "a", -1]}]}, {}):
+        t.meta = bad
+        ex = get_method("trace").explain(t, get_method("trace").config_class())
+        assert ex["evidence"] == [] and ex["status"] != "ok" and ex["note"]
+
+
+def test_the_page_draws_a_trace_trajectory_with_its_chains_highlighted(tmp_path, browser, artifacts):
+    t = trace_trajectory(tmp_path)
+    f = tmp_path / "trace.jsonl"
+    _write(f, [t])
+    out = tmp_path / "trace.html"
+    write_report([f], out)
+    (q,) = collect([f])["questions"]
+    chained = {i for ch in t.meta["chains"] for i in ch["triplets"]}
+    browser.open(out.as_uri() + f"#q={q['key']}")
+    assert browser.eval("document.querySelectorAll('#graph svg g.node').length") == len(q["graph"]["nodes"])
+    assert browser.eval("document.querySelectorAll('#graph svg g.edge.evidence').length") == len(chained)
+    assert browser.eval("document.querySelectorAll('#graph svg g.edge.dropped').length") == len(t.graph.triplets) - len(chained)
+    assert browser.eval("document.querySelectorAll('#graph svg g.node.initial').length") == 1
+    assert "Norway" in browser.eval("[...document.querySelectorAll('#graph svg g.node.target')].map(n => n.textContent).join()")
+    assert browser.eval("document.querySelectorAll('#question-view .call').length") == len(t.calls)
+    legend = browser.eval("document.querySelector('#question-view .legend').textContent")
+    assert "on no chain" in legend and "filters" not in legend
+    assert browser.eval("document.querySelector('#question-view .sub').textContent").startswith("reasoning chains: ok")
+    browser.screenshot(artifacts / "report_trace.png")
+    assert browser.errors() == []

@@ -132,7 +132,8 @@ class Method:
         the trajectory's content): `status` ("ok" or why nothing was traced), `initial_entities` and
         `target_entities` (graph node keys, `kg.entity_key`), `evidence` (indices into
         `traj.graph.triplets`: the evidence subgraph), `dropped` ({call index as str: {"all": bool,
-        "items": [the rendered pairs/triplets the filters removed]}}) and a `note`. None: the method
+        "items": [the rendered pairs/triplets the filters removed]}}) and a `note`; optionally `traced_by` and
+        `dropped_label`, the words a report uses for them (default "backtracing", "dropped by the filters"). None: the method
         traces nothing (the default; a report then shows the graph and calls as recorded)."""
         return None
 

@@ -84,7 +84,9 @@ def graph_entry(traj: Trajectory, explain: dict[str, Any] | None, correct: bool)
         nodes[k]["initial"] = True
     for k in targets:
         nodes[k]["target"] = True
-    return {"nodes": list(nodes.values()), "edges": edges}
+    # how the method names what it highlights (KnowTrace: backtracing's filters)
+    dropped_label = (explain or {}).get("dropped_label") or "dropped by the filters"
+    return {"nodes": list(nodes.values()), "edges": edges, "dropped_label": dropped_label}
 
 
 def question_entry(key: int, run: dict[str, Any], set_index: int, traj: Trajectory, lookups) -> dict[str, Any]:

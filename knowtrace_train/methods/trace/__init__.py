@@ -6,6 +6,7 @@
     ranker.py        the bi-encoder triple ranker
     chains.py        the beam search over reasoning chains
     readers.py       TRACE-Triple, TRACE-Doc, all documents, no documents
+    explain.py       the chains as the evidence a report highlights
     engine.py        the batched strategy
 """
 
@@ -37,6 +38,12 @@ class TraceMethod(Method):
         if config.uses_chains:
             used.add(config.roles.select)
         return used
+
+    def explain(self, traj, config: TraceConfig) -> dict:
+        """The reasoning chains as the evidence subgraph (explain.py)."""
+        from knowtrace_train.methods.trace.explain import explain_chains
+
+        return explain_chains(traj)
 
 
 __all__ = ["ANSWER", "KG", "READERS", "SELECT", "STRATEGY_NAME", "Trace", "TraceConfig", "TraceMethod", "TraceRoleConfig"]

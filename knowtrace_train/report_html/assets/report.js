@@ -174,7 +174,7 @@
       placed.push([lx, ly, lw]);
       const lab = s("text", { x: lx, y: ly - 3, "text-anchor": "middle", "font-size": 10, fill: e.evidence ? "#146c3a" : e.dropped ? "#a55" : "#4a5366", "text-decoration": e.dropped ? "line-through" : null, "font-weight": e.evidence ? 600 : null, stroke: "#fcfcfe", "stroke-width": 3, "paint-order": "stroke" }, cut(e.relation, 30));
       grp.appendChild(lab);
-      grp.appendChild(s("title", {}, `(${e.subject}; ${e.relation}; ${e.object})  round ${e.round}, call ${e.call}` + (e.evidence ? " · evidence" : "") + (e.dropped ? " · dropped by the filters" : "")));
+      grp.appendChild(s("title", {}, `(${e.subject}; ${e.relation}; ${e.object})  round ${e.round}, call ${e.call}` + (e.evidence ? " · evidence" : "") + (e.dropped ? " · " + g.dropped_label : "")));
       svg.appendChild(grp);
     });
     g.nodes.forEach((n) => {
@@ -262,12 +262,12 @@
     if (q.meta && Object.keys(q.meta).length) box.appendChild(h("details", {}, h("summary", {}, "meta"), h("table", {}, Object.entries(q.meta).map(([k, v]) => h("tr", {}, h("th", {}, k), h("td", {}, typeof v === "string" ? v : JSON.stringify(v)))))));
     box.appendChild(h("h3", {}, "Traced knowledge graph"));
     const ex = q.explain;
-    if (ex) box.appendChild(h("div", { class: "sub" }, `backtracing: ${ex.status}` + (ex.path_rule ? ` (path rule ${ex.path_rule})` : "") + ` · ${(ex.evidence || []).length} evidence triplet(s)` + (ex.note ? " · " + ex.note : "")));
+    if (ex) box.appendChild(h("div", { class: "sub" }, `${ex.traced_by || "backtracing"}: ${ex.status}` + (ex.path_rule ? ` (path rule ${ex.path_rule})` : "") + ` · ${(ex.evidence || []).length} evidence triplet(s)` + (ex.note ? " · " + ex.note : "")));
     if (q.explain_note) box.appendChild(h("div", { class: "sub" }, q.explain_note));
     if (!q.graph) box.appendChild(h("p", { class: "empty", id: "no-graph" }, "No graph: this trajectory traced no triplet and no entity."));
     else {
       box.appendChild(h("div", { class: "legend" }, h("span", {}, h("i", { style: "background:#dbe7ff;border:2px solid #2f6fdb" }), "initial entity"), h("span", {}, h("i", { style: "background:#fff1c7;border:2px solid #d99a00" }), "target entity"),
-        h("span", {}, h("i", { style: "background:#1f9d55" }), "evidence subgraph"), h("span", {}, h("i", { style: "background:repeating-linear-gradient(90deg,#c88 0 4px,#fff 4px 7px)" }), "dropped by the filters")));
+        h("span", {}, h("i", { style: "background:#1f9d55" }), "evidence subgraph"), h("span", {}, h("i", { style: "background:repeating-linear-gradient(90deg,#c88 0 4px,#fff 4px 7px)" }), q.graph.dropped_label)));
       box.appendChild(h("div", { class: "graphbox", id: "graph" }, graphSvg(q.graph)));
       if (q.graph.edges.length) box.appendChild(h("details", { open: true }, h("summary", {}, `${q.graph.edges.length} triplet(s)`), h("table", { id: "triplet-table" },
         h("tr", {}, ["#", "subject", "relation", "object", "round", "call", "guidance pair"].map((c) => h("th", {}, c))),
