@@ -342,3 +342,17 @@ def test_2wiki_config_walks_the_evidence_graph(shared_data, tmp_path):
     for it, t in zip(items, trajs):
         assert t.meta["topic_entity"] == it.evidence.triples[0][0]
         assert t.stop_reason == "answered" and t.graph.triplets
+
+
+def test_dog_table_prints_hits_at_1_by_hop_count(tmp_path):
+    import subprocess
+    import sys
+
+    trajs, _ = run(DoGConfig(answer_from="tail"), [JAWS, DUEL])
+    path = tmp_path / "e.jsonl"
+    path.write_text("".join(json.dumps(t.to_dict()) + "\n" for t in trajs), encoding="utf-8")
+    out = subprocess.run([sys.executable, str(REPO / "scripts/dog_table.py"), str(path)], capture_output=True, text=True,
+                         check=True, cwd=REPO).stdout
+    last = json.loads(out.strip().splitlines()[-1])[str(path)]
+    assert last["n"] == 2 and last["hits@1"] == 1.0 and set(last["by_hops"]) == {"1", "3"}
+    assert "| e.jsonl | 2 | 1.000 |" in out
