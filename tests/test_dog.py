@@ -129,7 +129,8 @@ def test_full_run_walks_the_chain_and_questions_advance_together_one_batch_per_s
     assert hops[1].get("dropped_back") == "~directed by" and "~directed by" not in hops[1]["relations"]
     rel_call = jaws.calls[0]
     assert rel_call.role == "relation" and rel_call.triplets == [0] and rel_call.pair.guidance == "directed by"
-    assert rel_call.parsed == {"subquestion": "Who or what is the directed by of Jaws?", "relation": "directed by"}
+    assert rel_call.parsed == {"subquestion": "Who or what is the directed by of Jaws?", "relation": "directed by",
+                               "by_number": False}
     assert jaws.meta["topic_entity"] == "Jaws" and jaws.meta["question_hops"] == 3 and jaws.meta["lookups"] > 0
     assert Trajectory.from_dict(json.loads(json.dumps(jaws.to_dict()))).meta == jaws.meta
     assert get_method("dog").evidence_supported(jaws, DoGConfig()) is True
@@ -244,6 +245,7 @@ RELS = ["born in", "directed by", "~directed by", "release year"]
     ("2. directed by", "directed by"), ("1. directed by", "directed by"), ("relation_4: release_year", "release year"),
     ("~ directed by", "~directed by"), ("3", "~directed by"), ("Directed By.", "directed by"),
     ("the film was directed by him", "directed by"), ("starred in", None), ("9", None), ("", None),
+    ("4. founded by", "release year"), ("9. founded by", None),
 ])
 def test_match_relation(text, want):
     assert match_relation(text, RELS) == want
@@ -258,6 +260,9 @@ def test_parse_relation():
     assert parse_relation("Who?", RELS).error == "no relation written"
     c = parse_relation("Who?\nRelation: spouse", RELS)
     assert c.relation is None and "spouse" in c.error
+    c = parse_relation("Who?\nRelation: 1. spouse", RELS)
+    assert c.relation == "born in" and c.by_number and c.error is None
+    assert not parse_relation("Who?\nRelation: 1. directed by", RELS).by_number
 
 
 @pytest.mark.parametrize("text,sufficient,answer", [

@@ -44,16 +44,18 @@ class RelationChoice:
     subquestion: str | None
     relation: str | None
     error: str | None = None
+    #: the relation was read from its number alone (the name written, if any, is not in the list)
+    by_number: bool = False
 
     def to_dict(self) -> dict:
-        return {"subquestion": self.subquestion, "relation": self.relation}
+        return {"subquestion": self.subquestion, "relation": self.relation, "by_number": self.by_number}
 
 
 def match_relation(text: str, relations: Sequence[str]) -> str | None:
     """The listed relation `text` names: by its name (case, "_" for spaces and a space after "~"
-    forgiven; a leading number is ignored where a name follows: small models copy an exemplar's
-    number), the longest listed name inside the text (an inverse "~r" only where the text writes the
-    "~"), or by its number alone ("2", "relation_2"). None: it names none of them."""
+    forgiven), the longest listed name inside the text (an inverse "~r" only where the text writes the
+    "~"), else by its number in the list ("2", "relation_2: <a name not listed>"). The name wins over
+    the number where both are listed (small models copy an exemplar's number). None: it names none."""
     want = _norm_relation(re.sub(r"^\W*(?:relation[_ ]?)?\d+\s*[:.)\-]?\s*", "", text))
     by_norm = {_norm_relation(r): r for r in relations}
     if want in by_norm:
@@ -66,15 +68,16 @@ def match_relation(text: str, relations: Sequence[str]) -> str | None:
         elif re.search(rf"(?<![~\w]){re.escape(norm)}(?!\w)", low):
             return by_norm[norm]
     m = _NUMBER.match(text)
-    if m and 1 <= int(m.group(1)) <= len(relations) and not want:
+    if m and 1 <= int(m.group(1)) <= len(relations):
         return relations[int(m.group(1)) - 1]
     return None
 
 
 def parse_relation(output: str, relations: Sequence[str]) -> RelationChoice:
     """The sub-question (the first line, without a label, up to its question mark) and the relation
-    (from the "Relation:" line, else from anything after the first line). A relation not in the
-    list is an error; so is an empty output."""
+    (from the "Relation:" line, else from anything after the first line; `by_number` where only its
+    number in the list named it). A relation named neither by a listed name nor a listed number is
+    an error; so is an empty output."""
     lines = _lines(output)
     if not lines:
         return RelationChoice(None, None, "empty output")
@@ -87,7 +90,8 @@ def parse_relation(output: str, relations: Sequence[str]) -> RelationChoice:
     relation = match_relation(text, relations) if text.strip() else None
     if relation is None:
         return RelationChoice(sub, None, f"relation not in the list: {text.strip()[:80]!r}" if text.strip() else "no relation written")
-    return RelationChoice(sub, relation)
+    by_number = match_relation(re.sub(r"^\W*(?:relation[_ ]?)?\d+\s*[:.)\-]?\s*", "", text), relations) is None
+    return RelationChoice(sub, relation, by_number=by_number)
 
 
 @dataclass(frozen=True)
