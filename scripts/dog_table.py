@@ -5,7 +5,9 @@
 Hits@1 is an exact match (after the official normalisation) of the single predicted answer against
 the gold entity or any alias (`metrics.hits_at_1`). A question's hop count comes from the trajectory
 (`meta["question_hops"]`, which DoG records) or else from the dataset file `--data`. The last line is
-one JSON object: {file: {"n", "hits@1", "interval", "by_hops": {...}, "stop_reasons": {...}}}.
+one JSON object: {file: {"n", "hits@1", "interval", "by_hops": {...}, "gold_in_chain", "stop_reasons": {...}}}.
+`gold_in_chain` is the share of questions whose filled triples hold a gold answer (or alias) as an
+entity: what an answer try that stopped at the right hop could have reached.
 """
 
 from __future__ import annotations
@@ -27,9 +29,12 @@ def table(path: str, hops_of: dict[str, int | None]) -> dict:
     hops = [t.meta.get("question_hops", hops_of.get(t.question_id)) for t in trajs]
     hits = [hits_at_1(t.prediction, t.answers) for t in trajs]
     iv = bootstrap_interval(hits) if hits else None
+    reached = [any(hits_at_1(e, t.answers) for x in t.graph.triplets for e in (x.triplet.subject, x.triplet.object))
+               for t in trajs]
     return {"n": len(trajs), "hits@1": round(sum(hits) / len(hits), 4) if hits else None,
             "interval": None if iv is None or iv.low is None else [round(iv.low, 4), round(iv.high, 4)],
             "by_hops": hits_at_1_by_hops([t.prediction for t in trajs], [t.answers for t in trajs], hops),
+            "gold_in_chain": round(sum(reached) / len(reached), 4) if reached else None,
             "stop_reasons": dict(Counter(t.stop_reason.split(":")[0] for t in trajs))}
 
 
@@ -49,12 +54,12 @@ def main(argv: list[str] | None = None) -> int:
         hops_of = {it.id: it.hops for it in load_items(args.data)}
     out = {f: table(f, hops_of) for f in args.files}
     groups = sorted({g for r in out.values() for g in r["by_hops"]}, key=lambda g: (not g.isdigit(), g.zfill(3)))
-    print("| file | n | Hits@1 | " + " | ".join(f"{g}-hop" for g in groups) + " |")
-    print("|---|---|---|" + "---|" * len(groups))
+    print("| file | n | Hits@1 | " + " | ".join(f"{g}-hop" for g in groups) + " | gold in chain |")
+    print("|---|---|---|" + "---|" * len(groups) + "---|")
     for f, r in out.items():
         by = [cell(r["by_hops"][g]["hits@1"], r["by_hops"][g]["interval"]) + f" (n={r['by_hops'][g]['n']})"
               if g in r["by_hops"] else "-" for g in groups]
-        print(f"| {Path(f).name} | {r['n']} | {cell(r['hits@1'], r['interval'])} | " + " | ".join(by) + " |")
+        print(f"| {Path(f).name} | {r['n']} | {cell(r['hits@1'], r['interval'])} | " + " | ".join(by) + f" | {r['gold_in_chain']} |")
     print(json.dumps(out))
     return 0
 

@@ -360,4 +360,4 @@ def test_dog_table_prints_hits_at_1_by_hop_count(tmp_path):
                          check=True, cwd=REPO).stdout
     last = json.loads(out.strip().splitlines()[-1])[str(path)]
     assert last["n"] == 2 and last["hits@1"] == 1.0 and set(last["by_hops"]) == {"1", "3"}
-    assert "| e.jsonl | 2 | 1.000 |" in out
+    assert last["gold_in_chain"] == 1.0 and "| e.jsonl | 2 | 1.000 |" in out
