@@ -24,8 +24,11 @@ from knowtrace_train.metrics import bootstrap_interval, hits_at_1, hits_at_1_by_
 from knowtrace_train.trajectory import read_trajectories  # noqa: E402
 
 
-def table(path: str, hops_of: dict[str, int | None]) -> dict:
+def table(path: str, hops_of: dict[str, int | None], order: list[str] | None = None) -> dict:
     trajs = read_trajectories(path)
+    if order is not None:  # the dataset's first questions, in its order
+        by_id = {t.question_id: t for t in trajs}
+        trajs = [by_id[q] for q in order if q in by_id]
     hops = [t.meta.get("question_hops", hops_of.get(t.question_id)) for t in trajs]
     hits = [hits_at_1(t.prediction, t.answers) for t in trajs]
     iv = bootstrap_interval(hits) if hits else None
@@ -46,13 +49,20 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("files", nargs="+")
     p.add_argument("--data", default=None, help="the dataset file, for hop counts the trajectories lack")
+    p.add_argument("--first", type=int, default=None,
+                   help="only the dataset's first N questions (needs --data), so files of different lengths compare alike")
     args = p.parse_args(argv)
     hops_of: dict[str, int | None] = {}
+    order = None
     if args.data:
         from knowtrace_train.data.loaders import load_items
 
-        hops_of = {it.id: it.hops for it in load_items(args.data)}
-    out = {f: table(f, hops_of) for f in args.files}
+        items = load_items(args.data)
+        hops_of = {it.id: it.hops for it in items}
+        order = [it.id for it in items[: args.first]] if args.first else None
+    elif args.first:
+        p.error("--first needs --data")
+    out = {f: table(f, hops_of, order) for f in args.files}
     groups = sorted({g for r in out.values() for g in r["by_hops"]}, key=lambda g: (not g.isdigit(), g.zfill(3)))
     print("| file | n | Hits@1 | " + " | ".join(f"{g}-hop" for g in groups) + " | gold in chain |")
     print("|---|---|---|" + "---|" * len(groups) + "---|")
