@@ -35,12 +35,14 @@ def unregister(name: str) -> None:
 
 def _register_builtin() -> None:
     from knowtrace_train.methods.baselines import BASELINE_METHODS
+    from knowtrace_train.methods.dog import DoGMethod
     from knowtrace_train.methods.knowtrace import KnowTraceMethod
     from knowtrace_train.methods.mintqa import mintqa_methods
     from knowtrace_train.methods.trace import TraceMethod
 
     register(KnowTraceMethod())
     register(TraceMethod())
+    register(DoGMethod())
     for method in mintqa_methods():  # the four MINTQA strategies, one name each
         register(method)
     for method in BASELINE_METHODS:  # the KnowTrace paper's baselines, one name each

@@ -1,0 +1,51 @@
+"""DoG, Debating over Graphs (Ma et al.): question answering over a knowledge-graph store, one relation per hop.
+
+    config.py    the method's settings and call kinds
+    prompts.py   the prompts of relation filtering, answer trying, the three debate roles, the fallback
+    parsing.py   tolerant parsing of every call's output
+    graph.py     the graph a run answers over (`strategy.graph`) and a question's topic entity
+    engine.py    the batched loop (`DoG`)
+
+Every call kind trains the adapter of its own name under `selftrain --mode star`. See docs/dog.md.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from knowtrace_train.methods.base import Method
+from knowtrace_train.methods.dog.config import CALL_KINDS, FALLBACK, NAME, DoGConfig
+from knowtrace_train.methods.dog.engine import DoG
+
+
+class DoGMethod(Method):
+    name = NAME
+    config_class = DoGConfig
+
+    def strategy(self, config: DoGConfig) -> DoG:
+        return DoG(config)
+
+    def record_roles(self, config: DoGConfig) -> dict[str, str]:
+        """Each call kind the settings make trains its own adapter (no debate kinds without hops;
+        no critic or linguist with 0 debate rounds)."""
+        kinds = [FALLBACK] if config.max_hops == 0 else [k for k in CALL_KINDS if k in
+                                                          {"relation", "answer_try", FALLBACK, *config.debate_roles()}]
+        return {k: k for k in kinds}
+
+    def for_model(self, config: DoGConfig, trained: frozenset[str], fewshot_trained: bool) -> DoGConfig:
+        """A model whose roles were trained without exemplars runs its prompts without them."""
+        if trained & set(CALL_KINDS) and not fewshot_trained:
+            return dataclasses.replace(config, fewshot=False)
+        return config
+
+    def evidence_supported(self, traj, config: DoGConfig) -> bool | None:
+        """Answered from the graph: the prediction is an entity of the filled triples."""
+        from knowtrace_train.kg import entity_key
+
+        if not traj.prediction:
+            return False
+        keys = {entity_key(e) for t in traj.graph.triplets for e in (t.triplet.subject, t.triplet.object)}
+        return entity_key(traj.prediction) in keys
+
+
+__all__ = ["DoG", "DoGConfig", "DoGMethod"]

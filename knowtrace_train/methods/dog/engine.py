@@ -1,0 +1,307 @@
+"""The batched DoG loop: relation filtering, triple filling, answer trying and a three-role debate, hop by hop.
+
+All unfinished questions advance together. A hop costs one batched `generator.generate` call per
+call kind: the relation calls of every live question, then their answer tries, then each debate
+turn (expert, critic, linguist, for `debate_rounds` rounds; the expert alone for 0), then one batch
+of fallback answers for the questions that stopped in this hop.
+
+Per question and hop: `get_relations(topic)` lists the candidates (the relation leading straight
+back to the previous topic is dropped while others remain); the model states the first-hop
+sub-question and picks one; `triple_filling(topic, relation)` completes the triples (at most
+`max_triples` shown); the answer try says Yes (the question ends "answered") or No; after No the
+debate rewrites the question one hop shorter and the first triple's far entity becomes the next
+topic. A question that cannot go on (no topic entity, an entity not in the graph, no relations, a
+relation not in the list, no triples, a store error) or reaches `max_hops` gets the fallback
+answer from the model's own knowledge, with that reason as `stop_reason`.
+
+Recorded: `Trajectory.graph` holds the filled triples (in the graph's direction; each traced to its
+hop, its (entity, relation) pair and its relation call), `meta["hops"]` one entry per hop (question,
+topic, relations, sub-question, relation, triples, answer try, the debate's turns, the simplified
+question), `meta["topic_entity"]`, `meta["question_hops"]`, `meta["lookups"]` and `meta["events"]`.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+from knowtrace_train.data.schema import QAItem
+from knowtrace_train.generation.base import Completion, GenerationRequest, Generator, generate_each, request_seed
+from knowtrace_train.kg import GuidancePair, Triplet, TracedTriplet
+from knowtrace_train.kg_store import GraphStore, KGStoreError
+from knowtrace_train.methods.dog import prompts
+from knowtrace_train.methods.dog.config import ANSWER_TRY, CRITIC, FALLBACK, RELATION, DoGConfig
+from knowtrace_train.methods.dog.graph import build_store, is_endpoint, topic_entity
+from knowtrace_train.methods.dog.parsing import parse_answer, parse_answer_try, parse_relation, parse_turn
+from knowtrace_train.methods.hints import trajectory_id
+from knowtrace_train.metrics import normalize_answer
+from knowtrace_train.trajectory import ModelCall, Trajectory
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class _State:
+    item: QAItem
+    traj: Trajectory
+    question: str
+    topic: str | None
+    #: the relation that leads from `topic` straight back to the previous topic
+    back: str | None = None
+    relations: list[str] = field(default_factory=list)
+    relation: str | None = None
+    #: filled triples as shown (topic first) and the entity each reaches
+    shown: list[tuple[str, str, str]] = field(default_factory=list)
+    entry: dict = field(default_factory=dict)
+    chat: list[str] = field(default_factory=list)
+    done: bool = False
+
+
+@dataclass
+class _Job:
+    state: _State
+    kind: str
+    hop: int
+    prompt: str
+    max_new_tokens: int
+    stop: tuple[str, ...]
+
+
+def _inverse(relation: str) -> str:
+    return relation[1:] if relation.startswith("~") else "~" + relation
+
+
+class DoG:
+    """Debating over Graphs over many questions at once, on the Generator protocol and a graph store
+    (the Retriever `run` is handed is not used)."""
+
+    name = "dog"
+
+    def __init__(self, config: DoGConfig, store: GraphStore | None = None) -> None:
+        self.config = config
+        self.name = config.name
+        self._store = store
+
+    def store_for(self, items: Sequence[QAItem]) -> GraphStore:
+        """The configured store: built once and kept, except 'items', whose graph is the run's items'."""
+        if self._store is not None:
+            return self._store
+        store = build_store(self.config.graph, items)
+        if self.config.graph != "items":
+            self._store = store
+        return store
+
+    def run(self, items: Sequence[QAItem], generator: Generator, retriever=None,
+            on_done: Callable[[Trajectory], None] | None = None) -> list[Trajectory]:
+        self._generator, self._on_done = generator, on_done
+        self._kg = self.store_for(items)
+        states = []
+        for it in items:
+            topic = topic_entity(it)
+            traj = Trajectory(id=trajectory_id(it), question_id=it.id, question=it.question, answers=list(it.answers),
+                              dataset=it.dataset, strategy=self.name,
+                              meta={"topic_entity": topic, "question_hops": it.hops, "graph": self.config.graph,
+                                    "debate_rounds": self.config.debate_rounds, "hops": [], "events": [], "lookups": 0})
+            states.append(_State(it, traj, it.question, topic))
+        active = list(states)
+        if self.config.max_hops == 0:
+            self._fallback([(s, "max_hops") for s in active])
+            active = []
+        for hop in range(1, self.config.max_hops + 1):
+            if not active:
+                break
+            active = self._hop(active, hop)
+        assert all(s.done for s in states)
+        return [s.traj for s in states]
+
+    # -- one hop ---------------------------------------------------------------------------------------
+    def _hop(self, active: list[_State], hop: int) -> list[_State]:
+        cfg = self.config
+        stopped: list[tuple[_State, str]] = []
+        choosing = []
+        for s in active:
+            s.traj.rounds = hop
+            s.entry = {"hop": hop, "question": s.question, "topic": s.topic}
+            s.traj.meta["hops"].append(s.entry)
+            reason = self._candidates(s)
+            (stopped.append((s, reason)) if reason else choosing.append(s))
+        jobs = [_Job(s, RELATION, hop, prompts.relation_prompt(s.question, s.topic or "", s.relations, cfg.fewshot),
+                     cfg.relation_tokens, prompts.BLOCK_STOP) for s in choosing]
+        trying = []
+        for job, call in zip(jobs, self._generate(jobs)):
+            s = job.state
+            choice = parse_relation(call.output, s.relations) if call.error is None else None
+            if choice is None:
+                stopped.append((s, "error: generation"))
+                continue
+            call.parsed, call.error = choice.to_dict(), choice.error
+            s.entry.update(subquestion=choice.subquestion, relation=choice.relation)
+            if choice.relation is None:
+                s.entry["relation_output"] = call.output.strip()[:200]
+                stopped.append((s, "relation_not_in_list"))
+                continue
+            reason = self._fill(s, choice.relation, hop, call)
+            (stopped.append((s, reason)) if reason else trying.append(s))
+        debating = self._answer_try(trying, hop, stopped)
+        if hop == cfg.max_hops:
+            stopped.extend((s, "max_hops") for s in debating)
+            debating = []
+        self._debate(debating, hop)
+        self._fallback(stopped)
+        return debating
+
+    def _lookup(self, s: _State, what: str, fn, *args):
+        """A store call, timed onto the trajectory; a KGStoreError comes back as an error string."""
+        t0 = time.perf_counter()
+        try:
+            return fn(*args), None
+        except KGStoreError as e:
+            s.traj.meta["events"].append({"hop": s.entry.get("hop"), "event": f"store error in {what}: {e}"})
+            return None, f"store_error: {e}"
+        finally:
+            s.traj.wall_time += time.perf_counter() - t0
+            s.traj.meta["lookups"] += 1
+
+    def _candidates(self, s: _State) -> str | None:
+        """Fill s.relations; a stop reason where there are none to choose from."""
+        if s.topic is None:
+            return "no_topic_entity"
+        if not is_endpoint(self.config.graph):
+            known, err = self._lookup(s, "has_entity", self._kg.has_entity, s.topic)
+            if err:
+                return err
+            if not known:
+                return "entity_not_in_graph"
+        relations, err = self._lookup(s, "get_relations", self._kg.get_relations, s.topic)
+        if err:
+            return err
+        if not relations:
+            return "no_relations"
+        if s.back in relations and len(relations) > 1:
+            relations = [r for r in relations if r != s.back]
+            s.entry["dropped_back"] = s.back
+        s.entry["relations_total"] = len(relations)
+        s.relations = relations[: self.config.max_relations]
+        s.entry["relations"] = list(s.relations)
+        return None
+
+    def _fill(self, s: _State, relation: str, hop: int, call: ModelCall) -> str | None:
+        triples, err = self._lookup(s, "triple_filling", self._kg.triple_filling, s.topic, relation)
+        if err:
+            return err
+        if not triples:
+            return "no_triples"
+        inverse = relation.startswith("~")
+        s.relation = relation
+        s.shown = [(s.topic, relation, t[0] if inverse else t[2]) for t in triples[: self.config.max_triples]]
+        s.entry["triples"] = [list(t) for t in s.shown]
+        s.entry["triples_total"] = len(triples)
+        pair = GuidancePair(s.topic or "", relation)
+        for t in triples[: self.config.max_triples]:
+            if s.traj.graph.add(TracedTriplet(Triplet(*t), round=hop, pair=pair, call=call.index)):
+                call.triplets.append(len(s.traj.graph.triplets) - 1)
+        call.pair = pair
+        return None
+
+    def _answer_try(self, trying: list[_State], hop: int, stopped: list) -> list[_State]:
+        """Answer tries; concludes the Yes ones and returns the others (a call error stops its question)."""
+        cfg = self.config
+        jobs = [_Job(s, ANSWER_TRY, hop, prompts.answer_try_prompt(s.question, s.shown, cfg.fewshot), cfg.answer_tokens,
+                     prompts.BLOCK_STOP) for s in trying]
+        rest = []
+        for job, call in zip(jobs, self._generate(jobs)):
+            s = job.state
+            if call.error is not None:
+                stopped.append((s, "error: generation"))
+                continue
+            res = parse_answer_try(call.output)
+            call.parsed, call.error = res.to_dict(), res.error
+            s.entry["answer_try"] = res.to_dict()
+            if res.sufficient:
+                tail = s.shown[0][2]
+                answer = res.answer if cfg.answer_from == "model" and res.answer else tail
+                self._conclude(s, answer, "answered")
+            else:
+                rest.append(s)
+        return rest
+
+    def _debate(self, debating: list[_State], hop: int) -> None:
+        """The debate's turns, one batch per turn; then each question becomes its simplified one and
+        the first triple's far entity its topic."""
+        cfg = self.config
+        for s in debating:
+            s.chat, s.entry["debate"] = [], []
+        for turn, role in enumerate(cfg.debate_roles()):
+            rnd = turn // 3 + 1
+            jobs = [_Job(s, role, hop, prompts.debate_prompt(role, s.question, s.shown[0], s.chat, cfg.fewshot),
+                         cfg.debate_tokens, prompts.BLOCK_STOP) for s in debating]
+            for job, call in zip(jobs, self._generate(jobs)):
+                s = job.state
+                res = parse_turn(call.output, critic=role == CRITIC) if call.error is None else None
+                if res is not None:
+                    call.parsed, call.error = res.to_dict(), res.error
+                question = res.question if res else None
+                verdict = res.verdict if res else None
+                s.chat.append(prompts.render_turn(role, question, verdict))
+                s.entry["debate"].append({"round": rnd, "role": role, "question": question, "verdict": verdict})
+        for s in debating:
+            said = [t["question"] for t in s.entry["debate"] if t["question"]]
+            new = said[-1] if said else s.question
+            if not said:
+                s.traj.meta["events"].append({"hop": hop, "event": "no simplified question written: question kept"})
+            elif normalize_answer(new) == normalize_answer(s.question):
+                s.traj.meta["events"].append({"hop": hop, "event": "simplification failed: same question"})
+            s.entry["simplified"] = new
+            s.question = new
+            s.back = _inverse(s.relation or "")
+            s.topic = s.shown[0][2]
+
+    def _fallback(self, stopped: list[tuple[_State, str]]) -> None:
+        cfg = self.config
+        jobs = [_Job(s, FALLBACK, max(s.traj.rounds, 1), prompts.fallback_prompt(s.item.question, cfg.fewshot),
+                     cfg.fallback_tokens, prompts.LINE_STOP) for s, _ in stopped]
+        for (s, reason), call in zip(stopped, self._generate(jobs)):
+            answer, err = parse_answer(call.output) if call.error is None else (None, call.error)
+            call.parsed, call.error = {"answer": answer}, err
+            self._conclude(s, answer, reason)
+
+    def _conclude(self, s: _State, answer: str | None, reason: str) -> None:
+        s.traj.prediction = answer
+        s.traj.stop_reason = reason
+        s.done = True
+        if self._on_done is not None:
+            self._on_done(s.traj)
+
+    # -- the shared parts -------------------------------------------------------------------------------
+    def _generate(self, jobs: list[_Job]) -> list[ModelCall]:
+        """One batched generate() for `jobs`, a ModelCall recorded on each job's trajectory; a call the
+        generator refuses is recorded with its error (`generate_each`)."""
+        if not jobs:
+            return []
+        cfg = self.config
+        requests = [GenerationRequest(prompt=j.prompt, role=j.kind, max_new_tokens=j.max_new_tokens, stop=j.stop,
+                                      temperature=cfg.temperature,
+                                      seed=request_seed(cfg.seed, j.state.traj.id, len(j.state.traj.calls)))
+                    for j in jobs]
+        t0 = time.perf_counter()
+        results = generate_each(self._generator, requests)
+        dt = time.perf_counter() - t0
+        weights = [max(1, r.prompt_tokens + r.output_tokens) if isinstance(r, Completion) else 1 for r in results]
+        calls = []
+        for job, res, w in zip(jobs, results, weights):
+            traj = job.state.traj
+            traj.wall_time += dt * w / sum(weights)
+            ok = isinstance(res, Completion)
+            call = ModelCall(index=len(traj.calls), role=job.kind, round=job.hop, prompt=job.prompt,
+                             output=res.text if ok else "", prompt_tokens=res.prompt_tokens if ok else 0,
+                             output_tokens=res.output_tokens if ok else 0,
+                             finish_reason=res.finish_reason if ok else "error",
+                             error=None if ok else f"generation error: {res}")
+            traj.calls.append(call)
+            calls.append(call)
+        return calls
+
+
+__all__ = ["DoG"]
