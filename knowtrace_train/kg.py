@@ -111,6 +111,12 @@ class KnowledgeGraph:
     def entity_keys(self) -> set[str]:
         return {normalize_entity(e) for t in self.triplets for e in (t.triplet.subject, t.triplet.object)}
 
+    def keys_named(self, names: Iterable[str | None]) -> list[str]:
+        """The graph's entities (as `entity_key`s, sorted) that one of `names` names, e.g. a prediction and the
+        gold answers: the target entities a report marks for a method that traces none itself."""
+        wanted = {entity_key(n) for n in names if n}
+        return sorted({entity_key(e) for t in self.triplets for e in (t.triplet.subject, t.triplet.object)} & wanted)
+
     def note_expansion_point(self, name: str, round: int, call: int) -> bool:
         """Record `name` as an initial entity if it is neither in the graph nor already initial."""
         key = normalize_entity(name)

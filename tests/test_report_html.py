@@ -363,3 +363,47 @@ def test_the_page_draws_a_trace_trajectory_with_its_chains_highlighted(tmp_path,
     assert browser.eval("document.querySelector('#question-view .sub').textContent").startswith("reasoning chains: ok")
     browser.screenshot(artifacts / "report_trace.png")
     assert browser.errors() == []
+
+
+# -- DoG's walk is its evidence -----------------------------------------------------------------------------
+
+
+def dog_trajectory() -> Trajectory:
+    """The Jaws question of tests/test_dog.py's scripted run: three hops, one filled triple each."""
+    from test_dog import JAWS, run
+
+    from knowtrace_train.methods.dog.config import DoGConfig
+
+    (t,), _ = run(DoGConfig(answer_from="tail"), [JAWS])
+    return t
+
+
+def test_dog_explains_its_walk_and_never_raises_on_bad_records():
+    t = dog_trajectory()
+    ex = get_method("dog").explain(t, get_method("dog").config_class())
+    assert ex["status"] == "ok" and ex["evidence"] == [0, 1, 2] and ex["dropped"] == {}
+    assert ex["initial_entities"] == ["jaws"] and ex["target_entities"] == ["united states"]
+    for c in t.calls:
+        c.triplets = [99, -1] if c.role == "relation" else c.triplets
+    t.meta = {"topic_entity": 7}
+    ex = get_method("dog").explain(t, get_method("dog").config_class())
+    assert ex["evidence"] == [] and ex["initial_entities"] == [] and ex["status"] == "no walk" and ex["note"]
+
+
+def test_the_page_draws_a_dog_walk_from_the_topic_entity_to_the_answer(tmp_path, browser, artifacts):
+    t = dog_trajectory()
+    f = tmp_path / "dog.jsonl"
+    _write(f, [t])
+    out = tmp_path / "dog.html"
+    write_report([f], out)
+    (q,) = collect([f])["questions"]
+    browser.open(out.as_uri() + f"#q={q['key']}")
+    assert browser.eval("document.querySelectorAll('#graph svg g.edge.evidence').length") == 3
+    assert browser.eval("[...document.querySelectorAll('#graph svg g.node.initial')].map(n => n.textContent).join()").startswith("Jaws")
+    assert browser.eval("document.querySelectorAll('#graph svg g.node.initial').length") == 1
+    assert "United States" in browser.eval("[...document.querySelectorAll('#graph svg g.node.target')].map(n => n.textContent).join()")
+    assert browser.eval("document.querySelector('#question-view .sub').textContent").startswith("the walk: ok")
+    roles = browser.eval("[...document.querySelectorAll('#question-view .call')].map(c => c.textContent)")
+    assert len(roles) == len(t.calls) and any("linguist" in r.lower() for r in roles)
+    browser.screenshot(artifacts / "report_dog.png")
+    assert browser.errors() == []

@@ -5,6 +5,7 @@
     parsing.py   tolerant parsing of every call's output
     graph.py     the graph a run answers over (`strategy.graph`) and a question's topic entity
     engine.py    the batched loop (`DoG`)
+    explain.py   the walk as the evidence a report highlights
 
 Every call kind trains the adapter of its own name under `selftrain --mode star`. See docs/dog.md.
 """
@@ -40,12 +41,13 @@ class DoGMethod(Method):
 
     def evidence_supported(self, traj, config: DoGConfig) -> bool | None:
         """Answered from the graph: the prediction is an entity of the filled triples."""
-        from knowtrace_train.kg import entity_key
+        return bool(traj.graph.keys_named([traj.prediction]))
 
-        if not traj.prediction:
-            return False
-        keys = {entity_key(e) for t in traj.graph.triplets for e in (t.triplet.subject, t.triplet.object)}
-        return entity_key(traj.prediction) in keys
+    def explain(self, traj, config: DoGConfig) -> dict:
+        """The walk (each hop's first filled triple) as the evidence subgraph (explain.py)."""
+        from knowtrace_train.methods.dog.explain import explain_walk
+
+        return explain_walk(traj)
 
 
 __all__ = ["DoG", "DoGConfig", "DoGMethod"]

@@ -26,8 +26,7 @@ def explain_chains(traj: Trajectory) -> dict[str, Any]:
             head = entity_key(triplets[idx[0]].triplet.subject)
             if head not in initial:
                 initial.append(head)
-    wanted = {entity_key(a) for a in [traj.prediction or "", *traj.answers] if a}
-    targets = sorted({entity_key(e) for tt in triplets for e in (tt.triplet.subject, tt.triplet.object)} & wanted)
+    targets = traj.graph.keys_named([traj.prediction, *traj.answers])
     status = "ok" if evidence else ("no chains" if not chains else "empty chains")
     note = None if evidence else (
         "no reasoning chain holds a triple (the reader answered without the graph)" if triplets else "no graph")
