@@ -57,14 +57,18 @@ def test_a_lower_band_never_imports_a_higher_one(module, path):
     assert not wrong, f"{module} ({band}) imports {wrong}"
 
 
+#: the methods band's own shared modules: what a method is, generic STaR, hinted reruns, batched calls
+METHODS_SHARED = ("base", "star", "hints", "calls")
+
+
 def test_only_the_registry_names_a_method_among_the_methods():
     """A method's folder touches nothing outside itself but the registry line (and the shared bands)."""
     for module, path in _modules():
         parts = module.split(".")
-        if len(parts) > 2 and parts[1] == "methods" and parts[2] not in ("base", "star", "hints"):
+        if len(parts) > 2 and parts[1] == "methods" and parts[2] not in METHODS_SHARED:
             own = ".".join(parts[:3])
             others = {i for i in _imports(path) if i.startswith("knowtrace_train.methods.")
-                      and not i.startswith(own) and i.split(".")[2] not in ("base", "star", "hints")}
+                      and not i.startswith(own) and i.split(".")[2] not in METHODS_SHARED}
             assert not others, f"{module} imports another method: {sorted(others)}"
 
 

@@ -19,9 +19,10 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from knowtrace_train.data.schema import Passage, QAItem
-from knowtrace_train.generation.base import Completion, GenerationRequest, Generator, generate_each, request_seed
+from knowtrace_train.generation.base import Generator
 from knowtrace_train.methods.baselines.common import clean_answer, passage_line
 from knowtrace_train.methods.baselines.config import BaselineConfig
+from knowtrace_train.methods.calls import CallSpec, generate_calls
 from knowtrace_train.methods.hints import trajectory_id
 from knowtrace_train.retrieval.base import RetrievalError, Retriever
 from knowtrace_train.trajectory import ModelCall, Trajectory
@@ -156,37 +157,14 @@ class Runner:
 
     # -- generation -----------------------------------------------------------------------------
     def generate(self, steps: Sequence[Step]) -> list[ModelCall]:
-        """One batched generate for `steps`; each becomes a ModelCall on its question's trajectory.
-        A call the generator refuses gets an empty output and `error` set."""
-        if not steps:
-            return []
+        """One batched generate for `steps`; each becomes a ModelCall on its question's trajectory
+        (methods/calls.py). A call the generator refuses gets an empty output and `error` set."""
         cfg = self.config
-        requests = [GenerationRequest(
-            prompt=s.prompt, prefix=s.prefix, role=cfg.role, max_new_tokens=s.max_new_tokens, stop=s.stop,
-            temperature=cfg.temperature, seed=request_seed(cfg.seed, s.live.traj.id, len(s.live.traj.calls)))
-            for s in steps]
-        t0 = time.perf_counter()
-        results = generate_each(self.generator, requests)
-        dt = time.perf_counter() - t0
-        self._batch_time += dt
-        weights = [max(1, r.prompt_tokens + r.output_tokens) if isinstance(r, Completion) else 1 for r in results]
-        total = sum(weights)
-        calls = []
-        for s, res, w in zip(steps, results, weights):
-            traj = s.live.traj
-            traj.wall_time += dt * w / total
-            ok = isinstance(res, Completion)
-            call = ModelCall(
-                index=len(traj.calls), role=s.kind, round=s.round, prompt=s.prompt,
-                output=s.prefix + res.text if ok else "",
-                prompt_tokens=res.prompt_tokens if ok else 0, output_tokens=res.output_tokens if ok else 0,
-                finish_reason=res.finish_reason if ok else "error",
-                error=None if ok else f"generation error: {res}",
-                passage_ids=[p.id for p in s.passages],
-                retrieved_tokens=sum(self._tokens_of(p) for p in s.passages),
-            )
-            traj.calls.append(call)
-            calls.append(call)
+        specs = [CallSpec(s.live.traj, s.kind, s.round, s.prompt, s.max_new_tokens, s.stop, prefix=s.prefix,
+                          passage_ids=tuple(p.id for p in s.passages),
+                          retrieved_tokens=sum(self._tokens_of(p) for p in s.passages)) for s in steps]
+        calls, seconds = generate_calls(self.generator, specs, temperature=cfg.temperature, seed=cfg.seed, adapter=cfg.role)
+        self._batch_time += seconds
         return calls
 
     def continue_transcripts(self, lives: Sequence[Live], kind: str, rnd: int, prompt: str, stop: tuple[str, ...],

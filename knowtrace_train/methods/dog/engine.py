@@ -28,9 +28,10 @@ from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 from knowtrace_train.data.schema import QAItem
-from knowtrace_train.generation.base import Completion, GenerationRequest, Generator, generate_each, request_seed
+from knowtrace_train.generation.base import Generator
 from knowtrace_train.kg import GuidancePair, Triplet, TracedTriplet
 from knowtrace_train.kg_store import GraphStore, KGStoreError
+from knowtrace_train.methods.calls import CallSpec, generate_calls
 from knowtrace_train.methods.dog import prompts
 from knowtrace_train.methods.dog.config import ANSWER_TRY, CRITIC, FALLBACK, RELATION, DoGConfig
 from knowtrace_train.methods.dog.graph import build_store, is_endpoint, topic_entity
@@ -276,32 +277,9 @@ class DoG:
 
     # -- the shared parts -------------------------------------------------------------------------------
     def _generate(self, jobs: list[_Job]) -> list[ModelCall]:
-        """One batched generate() for `jobs`, a ModelCall recorded on each job's trajectory; a call the
-        generator refuses is recorded with its error (`generate_each`)."""
-        if not jobs:
-            return []
-        cfg = self.config
-        requests = [GenerationRequest(prompt=j.prompt, role=j.kind, max_new_tokens=j.max_new_tokens, stop=j.stop,
-                                      temperature=cfg.temperature,
-                                      seed=request_seed(cfg.seed, j.state.traj.id, len(j.state.traj.calls)))
-                    for j in jobs]
-        t0 = time.perf_counter()
-        results = generate_each(self._generator, requests)
-        dt = time.perf_counter() - t0
-        weights = [max(1, r.prompt_tokens + r.output_tokens) if isinstance(r, Completion) else 1 for r in results]
-        calls = []
-        for job, res, w in zip(jobs, results, weights):
-            traj = job.state.traj
-            traj.wall_time += dt * w / sum(weights)
-            ok = isinstance(res, Completion)
-            call = ModelCall(index=len(traj.calls), role=job.kind, round=job.hop, prompt=job.prompt,
-                             output=res.text if ok else "", prompt_tokens=res.prompt_tokens if ok else 0,
-                             output_tokens=res.output_tokens if ok else 0,
-                             finish_reason=res.finish_reason if ok else "error",
-                             error=None if ok else f"generation error: {res}")
-            traj.calls.append(call)
-            calls.append(call)
-        return calls
+        """One batched generate() for `jobs`, a ModelCall recorded on each job's trajectory (methods/calls.py)."""
+        specs = [CallSpec(j.state.traj, j.kind, j.hop, j.prompt, j.max_new_tokens, j.stop) for j in jobs]
+        return generate_calls(self._generator, specs, temperature=self.config.temperature, seed=self.config.seed)[0]
 
 
 __all__ = ["DoG"]

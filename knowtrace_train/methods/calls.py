@@ -1,0 +1,59 @@
+"""Batched model calls recorded on trajectories: one `generate` for the calls of many questions, each kept
+as a ModelCall on its own trajectory with its share of the batch's wall time (by tokens)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Sequence
+
+from knowtrace_train.generation.base import Completion, GenerationRequest, Generator, generate_each, request_seed
+from knowtrace_train.trajectory import ModelCall, Trajectory
+
+
+@dataclass(frozen=True)
+class CallSpec:
+    """One call to make: whose trajectory, its kind (the ModelCall's role), round, prompt and limits.
+    `prefix` opens the response (it is part of the recorded output); the passages are the ones shown."""
+
+    traj: Trajectory
+    kind: str
+    round: int
+    prompt: str
+    max_new_tokens: int
+    stop: tuple[str, ...] = ()
+    prefix: str = ""
+    passage_ids: tuple[str, ...] = ()
+    retrieved_tokens: int = 0
+
+
+def generate_calls(generator: Generator, specs: Sequence[CallSpec], *, temperature: float, seed: int,
+                   adapter: str | None = None) -> tuple[list[ModelCall], float]:
+    """(the specs' ModelCalls, appended to their trajectories, in order; the batch's seconds). Each request
+    samples from its own stream (`request_seed(seed, trajectory id, call index)`) and asks for the adapter
+    `adapter` (None: the call's kind). A request the generator refuses is recorded with an empty output
+    and its error (`generate_each`), never raised."""
+    if not specs:
+        return [], 0.0
+    requests = [GenerationRequest(prompt=s.prompt, prefix=s.prefix, role=adapter or s.kind, max_new_tokens=s.max_new_tokens,
+                                  stop=s.stop, temperature=temperature, seed=request_seed(seed, s.traj.id, len(s.traj.calls)))
+                for s in specs]
+    t0 = time.perf_counter()
+    results = generate_each(generator, requests)
+    dt = time.perf_counter() - t0
+    weights = [max(1, r.prompt_tokens + r.output_tokens) if isinstance(r, Completion) else 1 for r in results]
+    total = sum(weights)
+    calls = []
+    for s, res, w in zip(specs, results, weights):
+        s.traj.wall_time += dt * w / total
+        ok = isinstance(res, Completion)
+        call = ModelCall(
+            index=len(s.traj.calls), role=s.kind, round=s.round, prompt=s.prompt,
+            output=s.prefix + res.text if ok else "", prompt_tokens=res.prompt_tokens if ok else 0,
+            output_tokens=res.output_tokens if ok else 0, finish_reason=res.finish_reason if ok else "error",
+            error=None if ok else f"generation error: {res}", passage_ids=list(s.passage_ids),
+            retrieved_tokens=s.retrieved_tokens,
+        )
+        s.traj.calls.append(call)
+        calls.append(call)
+    return calls, dt
