@@ -9,13 +9,15 @@ import pytest
 
 from knowtrace_train.config import load_config
 from knowtrace_train.data.schema import GoldEvidence, QAItem
-from knowtrace_train.generation.base import Completion, GenerationError
+from knowtrace_train.generation.base import GenerationError
 from knowtrace_train.kg_store import GraphStore, KGStoreError
 from knowtrace_train.methods import get_method
 from knowtrace_train.methods.dog import DoG, DoGConfig
 from knowtrace_train.methods.dog.graph import build_store, graph_triples, topic_entity
 from knowtrace_train.methods.dog.parsing import match_relation, parse_answer, parse_answer_try, parse_relation, parse_turn
 from knowtrace_train.trajectory import Trajectory
+
+from scripted import Scripted
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -26,31 +28,6 @@ TRIPLES = [
     ("Cincinnati", "country", "United States"),
     ("Duel", "directed by", "Steven Spielberg"),
 ]
-
-
-class Scripted:
-    """Answers each request from `script(role, prompt)`; keeps every batch it was sent."""
-
-    def __init__(self, script) -> None:
-        self.script = script
-        self.batches: list[list] = []
-
-    def generate(self, requests):
-        self.batches.append(list(requests))
-        out = []
-        for r in requests:
-            text = self.script(r.role, r.prompt)
-            if isinstance(text, Exception):
-                raise text
-            out.append(Completion(text=text, prompt_tokens=len(r.prompt.split()), output_tokens=len(text.split()),
-                                  finish_reason="stop"))
-        return out
-
-    def count_tokens(self, text):
-        return len(text.split())
-
-    def close(self):
-        pass
 
 
 def item(i, question, answer, triples, hops=2) -> QAItem:

@@ -11,41 +11,18 @@ import pytest
 
 from knowtrace_train.config import load_config
 from knowtrace_train.data.schema import GoldEvidence, Passage, QAItem, SubQuestion
-from knowtrace_train.generation.base import Completion, GenerationError
+from knowtrace_train.generation.base import GenerationError
 from knowtrace_train.methods import get_method
 from knowtrace_train.methods.mintqa import MintQADecomposeConfig, MintQADynamicConfig, MintQARagConfig, MintQAConfig
 from knowtrace_train.methods.mintqa.parsing import parse_answer, parse_selfanswer, parse_step
 from knowtrace_train.retrieval.base import RetrievalError, ScoredPassage
 
+from scripted import Scripted
+
 REPO = Path(__file__).resolve().parents[1]
 
 
 # -- scripted parts ------------------------------------------------------------------------------------
-
-
-class Scripted:
-    """Answers each request from `script(role, prompt)`; keeps every batch it was sent."""
-
-    def __init__(self, script) -> None:
-        self.script = script
-        self.batches: list[list] = []
-
-    def generate(self, requests):
-        self.batches.append(list(requests))
-        out = []
-        for r in requests:
-            text = self.script(r.role, r.prompt)
-            if isinstance(text, Exception):
-                raise text
-            out.append(Completion(text=text, prompt_tokens=len(r.prompt.split()), output_tokens=len(text.split()),
-                                  finish_reason="stop"))
-        return out
-
-    def count_tokens(self, text):
-        return len(text.split())
-
-    def close(self):
-        pass
 
 
 class Library:
