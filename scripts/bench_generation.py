@@ -6,6 +6,8 @@ Phases, each in its own process so peak memory is its own:
               it took 11 minutes here)
   noshare     TransformersGenerator with prefix sharing off
   batched     TransformersGenerator as configured by default (shared prefix, batching)
+  bf16        the same with bf16 weights and activations (generator.dtype: bfloat16): half the bytes read per
+              decode step, which bounds small-batch decoding on CPUs; agreement with batched is printed
   vllm        VLLMGenerator, when vllm is importable here or --vllm-python names an interpreter with it
   hf_cb       transformers' own continuous batching, model.generate_batch (paged KV cache, block-level prefix
               sharing; only when named). It has no stop strings: run with --no-stop for equal work (else its
@@ -44,7 +46,7 @@ sys.path[:0] = [str(HERE.parent), str(HERE)]
 from bench_prompts import exploration_prompts  # noqa: E402
 
 STOP = ("\n\nQuestion:",)
-PHASES = ("reference", "hf_batched", "noshare", "batched", "vllm", "hf_cb")
+PHASES = ("reference", "hf_batched", "noshare", "batched", "bf16", "vllm", "hf_cb")
 ROLES = ("explore", "complete")
 
 
@@ -212,6 +214,10 @@ def phase_batched(args, prompts):
     return _run_generator(args, prompts)
 
 
+def phase_bf16(args, prompts):
+    return _run_generator(args, prompts, dtype="bfloat16")
+
+
 def phase_vllm(args, prompts):
     return _run_generator(args, prompts, backend="vllm", cpu_kvcache_gib=args.vllm_kv_gib)
 
@@ -372,12 +378,17 @@ def main() -> None:
             f"{name:<11} {r['tok_s']:8.1f} {per_cpu:>9} {r['output_tokens']:7d} {r['seconds']:8.1f} "
             f"{r['peak_rss_mib']:9.0f} {ident:>9}"
         )
-    for name in ("batched", "vllm"):
+    cb, ours = results.get("hf_cb"), results.get("batched")
+    half = results.get("bf16")
+    if half is not None and ours is not None:
+        half["agree"] = sum(a == b for a, b in zip(half["texts"], ours["texts"]))
+        print(f"bf16 vs batched (fp32): {half['tok_s']:.1f} vs {ours['tok_s']:.1f} tok/s, {half['tok_s'] / ours['tok_s']:.2f}x; "
+              f"outputs equal on {half['agree']} of {len(ours['texts'])} prompts")
+    for name in ("batched", "bf16", "vllm"):
         if name in results and "stats" in results[name]:
             print(f"{name} stats: {results[name]['stats']}")
         if name in results and "start_s" in results[name]:
             print(f"{name} start: {results[name]['start_s']:.1f} s, finish reasons {results[name]['finish_reasons']}")
-    cb, ours = results.get("hf_cb"), results.get("batched")
     if cb is not None and ours is not None:
         cb["agree"] = sum(a == b for a, b in zip(cb["texts"], ours["texts"]))
         print(f"hf_cb (model.generate_batch, {cb['calls']} call(s)) vs batched (ours): {cb['tok_s']:.1f} vs "
@@ -400,6 +411,11 @@ def main() -> None:
             summary["identical"] = round(results["batched"]["identical"], 3)
     if "noshare" in results:
         summary["noshare_tok_s"] = round(results["noshare"]["tok_s"], 2)
+    if half is not None:
+        summary["bf16_tok_s"] = round(half["tok_s"], 2)
+        if ours is not None:
+            summary["bf16_ratio"] = round(half["tok_s"] / ours["tok_s"], 2)
+            summary["bf16_agree"] = half["agree"]
     if "hf_batched" in results:
         summary["hf_batched_tok_s"] = round(results["hf_batched"]["tok_s"], 2)
     if cb is not None:

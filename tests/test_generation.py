@@ -17,7 +17,8 @@ from knowtrace_train.generation import (
     GeneratorConfig,
     build_generator,
 )
-from knowtrace_train.generation.hf import TransformersGenerator, pick_device
+from knowtrace_train.generation import hf as hf_mod
+from knowtrace_train.generation.hf import TransformersGenerator, pick_device, pick_dtype
 
 #: where the generators under test run ("auto": CUDA where available); references run there too
 DEVICE = pick_device("auto")
@@ -307,6 +308,18 @@ def test_build_generator_picks_the_backend(tiny_model_dir):
     g = build_generator(GeneratorConfig(model=str(tiny_model_dir), progress=False))
     assert isinstance(g, TransformersGenerator)
     assert g.model.config._attn_implementation == "knowtrace_shared_prefix"
+
+
+def test_auto_dtype_is_bf16_only_on_cpus_that_compute_it_natively(monkeypatch, tiny_model_dir):
+    cpu = torch.device("cpu")
+    monkeypatch.setattr(hf_mod, "cpu_has_native_bf16", lambda: True)
+    assert pick_dtype("auto", cpu) == torch.bfloat16
+    g = build_generator(GeneratorConfig(model=str(tiny_model_dir), progress=False, device="cpu"))
+    assert next(g.model.parameters()).dtype == torch.bfloat16
+    g.close()
+    monkeypatch.setattr(hf_mod, "cpu_has_native_bf16", lambda: False)
+    assert pick_dtype("auto", cpu) == torch.float32
+    assert pick_dtype("bfloat16", cpu) == torch.bfloat16 and pick_dtype("float32", cpu) == torch.float32
 
 
 # -- devices under a launcher: each process its own GPU -----------------------------------------------

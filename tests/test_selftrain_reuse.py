@@ -214,6 +214,21 @@ def test_a_changed_bootstrap_setting_retrains_m0_and_train_keys_do_not(tmp_path,
     assert "reused iter_0/eval" in caplog.text
 
 
+def test_a_generator_dtype_resolved_otherwise_reuses_m0_but_evaluates_anew(tmp_path, tiny_model_dir, cache, calls,
+                                                                            monkeypatch):
+    # generator.dtype 'auto' is bf16 on CPUs with native bf16 and fp32 on others: the key holds what it resolved to
+    from knowtrace_train.generation import hf as hf_mod
+
+    base = {"iterations": 0, "eval_base": False}
+    monkeypatch.setattr(hf_mod, "cpu_has_native_bf16", lambda: False)
+    _run(tmp_path, tiny_model_dir, "a", oracle=False, **base)
+    monkeypatch.setattr(hf_mod, "cpu_has_native_bf16", lambda: True)
+    b = _run(tmp_path, tiny_model_dir, "b", oracle=False, **base).run_dir
+    assert len(calls["merge"]) == 1 and "reused_from" in _done(b / "iter_0", "merge")
+    assert _rel([calls["rollout"][-1]], b) == ["iter_0/eval.jsonl"]  # decoded in bf16 now: evaluated anew
+    assert len(_entries(cache, "eval")) == 2
+
+
 def test_a_corrupt_cached_m0_is_rebuilt_never_used(tmp_path, tiny_model_dir, cache, calls, caplog):
     caplog.set_level(logging.INFO)
     base = {"iterations": 0, "eval_base": False}

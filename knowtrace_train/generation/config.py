@@ -39,7 +39,7 @@ class GeneratorConfig:
         default=False,
         metadata={"help": "cut too-long prompts from the left (recorded in Completion.truncated_tokens) instead of failing"},
     )
-    dtype: str = field(default="auto", metadata={"help": "'auto' (fp32 on CPU, bf16 on GPU), 'float32', 'bfloat16', 'float16'"})
+    dtype: str = field(default="auto", metadata={"help": "'auto' (bf16 on GPUs and on CPUs with native bf16, else fp32), 'float32', 'bfloat16', 'float16'"})
     device: str = field(default="auto", metadata={"help": "'auto' (cuda if available), 'cpu', 'cuda', 'cuda:1', ..."})
     seed: int = field(
         default=0,

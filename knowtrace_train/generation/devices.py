@@ -70,3 +70,19 @@ def visible_devices(value: str | None) -> Iterator[None]:
             os.environ.pop("CUDA_VISIBLE_DEVICES", None)
         else:
             os.environ["CUDA_VISIBLE_DEVICES"] = old
+
+
+#: /proc/cpuinfo flags of x86 CPUs that compute in bf16 natively (oneDNN uses them for bf16 matmuls)
+NATIVE_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
+
+
+def cpu_has_native_bf16() -> bool:
+    """Whether the CPU has bf16 arithmetic (AVX512-BF16 or AMX-BF16), read from /proc/cpuinfo."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return any(flag in line.split() for flag in NATIVE_BF16_FLAGS)
+    except OSError:
+        pass
+    return False

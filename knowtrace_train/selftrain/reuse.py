@@ -289,16 +289,20 @@ class Reuse:
         the processes count (they change batching only), the run's name, mode, iterations, train.*."""
         import torch
 
+        from knowtrace_train.generation.hf import pick_dtype
+
         factory = self.make_generator
         gen = self.generator_config(state)
+        device = gen.device if gen.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
         return {
             "model": dict(model),
             "questions": {"count": len(items), "sha256": digest([it.to_dict() for it in items])},
             "iteration": iteration,
             "strategy": config_to_dict(self.strategy_config(state, seed)),
             "generator": settings(gen, GENERATOR_NOT_IN_KEY),
-            # what "auto" resolves to here: CPU and GPU decode in other precisions
-            "device": gen.device if gen.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu"),
+            # what "auto" resolves to here: CPU and GPU decode in other precisions, CPUs with and without bf16 too
+            "device": device,
+            "dtype": str(pick_dtype(gen.dtype, torch.device("cuda" if device.startswith("cuda") else "cpu"))),
             "retriever": settings(self.config.retriever, RETRIEVER_NOT_IN_KEY),
             "corpus": self.corpus_fingerprint(),
             # a generator given to SelfTrain (tests' oracle) answers otherwise than the configured one

@@ -2,20 +2,9 @@
 
 from __future__ import annotations
 
-#: /proc/cpuinfo flags of x86 CPUs that compute in bf16 natively (oneDNN uses them for bf16 matmuls)
-NATIVE_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
+from knowtrace_train.generation.devices import NATIVE_BF16_FLAGS, cpu_has_native_bf16
 
-
-def cpu_has_native_bf16() -> bool:
-    """Whether the CPU has bf16 arithmetic (AVX512-BF16 or AMX-BF16), read from /proc/cpuinfo."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    return any(flag in line.split() for flag in NATIVE_BF16_FLAGS)
-    except OSError:
-        pass
-    return False
+__all__ = ["NATIVE_BF16_FLAGS", "cpu_has_native_bf16", "resolve_precision", "training_device"]
 
 
 def resolve_precision(precision: str, device: str) -> tuple[str, str]:
