@@ -49,7 +49,7 @@ def test_train_sections_and_lora_train_config_share_one_set_of_defaults():
     from knowtrace_train.train.config import LoraTrainConfig
 
     cfg = SelfTrainConfig()
-    assert cfg.train == LoraTrainConfig()
+    assert cfg.train == dataclasses.replace(LoraTrainConfig(), epochs=1.0)  # iteration adapters: one epoch
     assert cfg.bootstrap.train == dataclasses.replace(LoraTrainConfig(), epochs=1.0, learning_rate=1e-3)
     # the CPU default run's values (its figures were measured with them)
     lora = LoraTrainConfig()
@@ -58,13 +58,13 @@ def test_train_sections_and_lora_train_config_share_one_set_of_defaults():
 
 
 def test_overriding_one_nested_key_keeps_the_other_defaults():
-    cfg = load_config(SelfTrainConfig, None, ["--strategy.max_rounds", "4", "--train.epochs", "1",
+    cfg = load_config(SelfTrainConfig, None, ["--strategy.max_rounds", "4", "--train.epochs", "3",
                                               "--strategy.max_new_tokens.explore", "10", "--bootstrap.train.rank", "8"])
     default = SelfTrainConfig()
     assert cfg.strategy.max_rounds == 4 and cfg.strategy.passages == default.strategy.passages
     assert cfg.strategy.max_new_tokens.explore == 10
     assert cfg.strategy.max_new_tokens.complete == default.strategy.max_new_tokens.complete
-    assert cfg.train.epochs == 1.0 and cfg.train.learning_rate == default.train.learning_rate
+    assert cfg.train.epochs == 3.0 and cfg.train.learning_rate == default.train.learning_rate
     assert cfg.bootstrap.train.rank == 8 and cfg.bootstrap.train.epochs == default.bootstrap.train.epochs
     assert cfg.bootstrap.train.per_device_batch_size == default.bootstrap.train.per_device_batch_size
 

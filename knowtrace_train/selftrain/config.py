@@ -154,9 +154,11 @@ class SelfTrainConfig:
         default_factory=_generator, metadata={"help": "the base model and how it generates (adapters are set by the loop)"}
     )
     strategy: StrategyConfig = field(default_factory=_strategy, metadata={"help": "the method (`name`) and its settings"})
+    # One epoch: on 100 world dev questions, iteration 2 of the default run scored EM 0.26 with one epoch and
+    # 0.24 with two (McNemar p = 0.80), and one epoch trains in a third of the time (README, the main job).
     train: LoraTrainConfig = field(
-        default_factory=LoraTrainConfig,
-        metadata={"help": "LoRA training of every iteration's adapters (one per role, from M0)"},
+        default_factory=lambda: LoraTrainConfig(epochs=1.0),
+        metadata={"help": "LoRA training of every iteration's adapters (one per role, from M0; one epoch by default)"},
     )
     bootstrap: BootstrapConfig = field(
         default_factory=BootstrapConfig, metadata={"help": "iteration 0: LoRA on gold trajectories, merged into M0"}
