@@ -289,11 +289,10 @@ class Reuse:
         the processes count (they change batching only), the run's name, mode, iterations, train.*."""
         import torch
 
-        from knowtrace_train.generation.hf import pick_dtype
+        from knowtrace_train.generation.hf import pick_device, pick_dtype
 
         factory = self.make_generator
         gen = self.generator_config(state)
-        device = gen.device if gen.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
         return {
             "model": dict(model),
             "questions": {"count": len(items), "sha256": digest([it.to_dict() for it in items])},
@@ -301,8 +300,8 @@ class Reuse:
             "strategy": config_to_dict(self.strategy_config(state, seed)),
             "generator": settings(gen, GENERATOR_NOT_IN_KEY),
             # what "auto" resolves to here: CPU and GPU decode in other precisions, CPUs with and without bf16 too
-            "device": device,
-            "dtype": str(pick_dtype(gen.dtype, torch.device("cuda" if device.startswith("cuda") else "cpu"))),
+            "device": gen.device if gen.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu"),
+            "dtype": str(pick_dtype(gen.dtype, pick_device(gen.device))),  # as the generator picks it
             "retriever": settings(self.config.retriever, RETRIEVER_NOT_IN_KEY),
             "corpus": self.corpus_fingerprint(),
             # a generator given to SelfTrain (tests' oracle) answers otherwise than the configured one
