@@ -221,12 +221,72 @@ def _em_cmp(cmp: dict[str, Any] | None, key: str) -> float | None:
 
 
 def load_run(run_dir: str | Path) -> dict[str, Any]:
-    """summary.json of a run folder (the metrics.json files where the summary is missing)."""
+    """summary.json of a run folder; its "run_dir" is where it was read from now (a run folder may
+    have been moved since it ran)."""
     run_dir = Path(run_dir)
     path = run_dir / "summary.json"
     if path.is_file():
-        return json.loads(path.read_text(encoding="utf-8"))
+        return {**json.loads(path.read_text(encoding="utf-8")), "run_dir": str(run_dir)}
     raise FileNotFoundError(f"{run_dir}: no summary.json (not a self-training run folder, or not started)")
+
+
+def model_eval_file(summary: dict[str, Any], iteration: int) -> Path:
+    """The dev trajectories of a run's model `iteration` (0: M0, or the raw base in a run without a
+    bootstrap)."""
+    folder = "base" if iteration == 0 and not summary.get("bootstrap") else f"iter_{iteration}"
+    return Path(summary["run_dir"]) / folder / "eval.jsonl"
+
+
+def paired_between_runs(summaries: Sequence[dict[str, Any]], *, seed: int = 0) -> list[dict[str, Any]]:
+    """Each later run against the first, model by model (M0 = iteration 0, then every iteration both
+    have evaluated), on the dev questions: the paired tests of `evaluate.compare_scores` (EM: exact
+    McNemar; F1: paired bootstrap), the questions matched by id whatever the files' order. One dict
+    per pair and iteration: {"a", "b" (run folders), "iteration", "n", "em", "f1", "only_a", "only_b"
+    (the questions only a, only b answered exactly: McNemar's discordant pairs)}, or "refused" with
+    the reason where the two files do not hold the same questions or one is missing."""
+    from knowtrace_train.evaluate import QuestionScores, compare_scores, read_question_scores
+
+    def by_id(q: QuestionScores) -> QuestionScores:
+        order = sorted(range(len(q.ids)), key=q.ids.__getitem__)
+        return QuestionScores(q.source, [q.ids[i] for i in order], [q.em[i] for i in order], [q.f1[i] for i in order])
+
+    def models(s: dict[str, Any]) -> list[int]:
+        have_start = bool(s.get("bootstrap") or s.get("base"))
+        return ([0] if have_start else []) + [r["iteration"] for r in s["iterations"] if r.get("em") is not None]
+
+    out: list[dict[str, Any]] = []
+    if not summaries:
+        return out
+    ref = summaries[0]
+    for other in summaries[1:]:
+        for z in sorted(set(models(ref)) & set(models(other))):
+            row: dict[str, Any] = {"a": ref["run_dir"], "b": other["run_dir"], "iteration": z}
+            fa, fb = model_eval_file(ref, z), model_eval_file(other, z)
+            try:
+                qa, qb = by_id(read_question_scores(fa)), by_id(read_question_scores(fb))
+                row.update(compare_scores(qa, qb, seed=seed))
+                row["only_a"] = sum(1 for x, y in zip(qa.em, qb.em) if x > y)  # EM right in a alone
+                row["only_b"] = sum(1 for x, y in zip(qa.em, qb.em) if y > x)
+            except (OSError, ValueError) as e:
+                row["refused"] = str(e)
+            out.append(row)
+    return out
+
+
+def between_runs_table(rows: Sequence[dict[str, Any]]) -> str:
+    """`paired_between_runs` as lines: the second run's EM minus the first's on the same questions,
+    its 95% interval, the McNemar p-value and the questions only one of them answered."""
+    lines = [f"{'run b - run a':60} {'iter':>4} {'n':>4} {'EM diff [95% CI]':>24} {'McNemar':>8} {'only a/only b':>14}"]
+    for r in rows:
+        pair = f"{Path(r['b']).name} - {Path(r['a']).name}"[:60]
+        if "refused" in r:
+            lines.append(f"{pair:60} {r['iteration']:>4} not paired: {r['refused']}")
+            continue
+        em = r["em"]
+        ci = f"{em['diff']:+.3f}" + (f" [{em['low']:+.2f},{em['high']:+.2f}]" if _has_bounds(em) else "")
+        counts = f"{r['only_a']}/{r['only_b']}"
+        lines.append(f"{pair:60} {r['iteration']:>4} {r['n']:>4} {ci:>24} {p_text(em['p_value']):>8} {counts:>14}")
+    return "\n".join(lines)
 
 
 def series(summary: dict[str, Any]) -> tuple[list[int], list[float | None], list[int], list[float | None]]:
@@ -301,32 +361,39 @@ def plot_runs(summaries: Sequence[dict[str, Any]], out: str | Path, title: str =
 
 
 def comparison_table(summaries: Sequence[dict[str, Any]]) -> str:
-    """Per run and iteration: dev EM with its 95% interval, F1, FA ratio, correct rollouts, SFT records,
-    and the EM difference from M0 with its p-value; NO_INTERVAL at the end of a row without one."""
-    lines = [f"{'run':28} {'mode':9} {'iter':>4} {'dev EM [95% CI]':>18} {'dev F1':>7} {'FA':>6} {'correct':>8} "
-             f"{'SFT records':>14} {'EM vs M0':>13}"]
+    """Per run and iteration: dev EM with its 95% interval, F1, EM on bridge questions alone (a
+    comparison question is a coin flip), evidence-supported EM, FA ratio, correct rollouts, SFT
+    records, and the EM difference from M0 with its p-value; NO_INTERVAL at the end of a row without one."""
+    lines = [f"{'run':28} {'mode':9} {'iter':>4} {'dev EM [95% CI]':>18} {'dev F1':>7} {'bridge':>6} {'evid.':>6} "
+             f"{'FA':>6} {'correct':>8} {'SFT records':>14} {'EM vs M0':>13}"]
 
     def em(entry: dict[str, Any]) -> str:
-        return f"{em_cell(entry.get('em'), entry.get('em_interval')):>18}"
+        bridge = ((entry.get("by_kind") or {}).get("bridge") or {}).get("em")
+        return (f"{em_cell(entry.get('em'), entry.get('em_interval')):>18} {_fmt(entry.get('f1')):>7} "
+                f"{_fmt(bridge):>6} {_fmt(entry.get('evidence_supported_em')):>6}")
 
     def end(line: str, entry: dict[str, Any]) -> str:
         marker = interval_marker(entry.get("em_interval"))
         return f"{line}  {marker}" if marker else line
 
+    names = [s.get("name", "") for s in summaries]
     for s in summaries:
-        name = s.get("name", "")[:28]
+        name = s.get("name", "")
+        if names.count(name) > 1 and s.get("run_dir"):  # runs of one config: tell them by their folders
+            name = Path(s["run_dir"]).name
+        name = name[:28]
         if s.get("base"):
             b = s["base"]
-            lines.append(end(f"{name:28} {s['mode']:9} {'base':>4} {em(b)} {b['f1']:7.3f} {'-':>6} {'-':>8} {'-':>14} "
+            lines.append(end(f"{name:28} {s['mode']:9} {'base':>4} {em(b)} {'-':>6} {'-':>8} {'-':>14} "
                              f"{'-':>13}", b))
         if s.get("bootstrap"):
             b = s["bootstrap"]
-            lines.append(end(f"{name:28} {s['mode']:9} {0:>4} {em(b)} {b['f1']:7.3f} {'-':>6} {'gold':>8} "
-                             f"{json.dumps(b.get('sft_records'), separators=(',', ':')):>14} {'-':>13}", b))
+            lines.append(end(f"{name:28} {s['mode']:9} {0:>4} {em(b)} {'-':>6} {'gold':>8} "
+                             f"{'/'.join(str(v) for v in (b.get('sft_records') or {}).values()):>14} {'-':>13}", b))
         for r in s["iterations"]:
             recs = "/".join(str(v) for v in (r.get("sft_records") or {}).values())
             lines.append(end(
-                f"{name:28} {s['mode']:9} {r['iteration']:>4} {em(r)} {_fmt(r.get('f1')):>7} "
+                f"{name:28} {s['mode']:9} {r['iteration']:>4} {em(r)} "
                 f"{_fmt(r.get('fa_ratio')):>6} {str(r.get('rollout_correct')) + '/' + str(r.get('rollout_questions')):>8} "
                 f"{recs:>14} {diff_cell(r.get('vs_m0')):>13}", r))
     return "\n".join(lines)

@@ -6,7 +6,11 @@ Each RUN is a run folder of recipes/selftrain.py (its summary.json; a running ru
 iterations finished so far). The figure has (a) dev EM per iteration, from M0 (iteration 0), with
 its 95% bootstrap interval as an error bar where the run has one (none under 20 dev questions), and
 (b) the FA ratio of each iteration's rollouts, one line per run: backtracing and non-backtracing
-runs side by side when both are given. The last line printed is one JSON object.
+runs side by side when both are given. The table shows EM on bridge questions apart and the
+evidence-supported EM. With two or more runs, each later run is compared with the first, model by
+model, on the same dev questions (matched by id): the EM difference, its paired 95% interval, the
+exact McNemar p-value and the questions only one run answered. The last line printed is one JSON
+object (with those comparisons under "between").
 """
 
 from __future__ import annotations
@@ -18,7 +22,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from knowtrace_train.report import comparison_table, em_intervals, load_run, plot_runs, series  # noqa: E402
+from knowtrace_train.report import (  # noqa: E402
+    between_runs_table,
+    comparison_table,
+    em_intervals,
+    load_run,
+    paired_between_runs,
+    plot_runs,
+    series,
+)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -33,6 +45,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     print(comparison_table(summaries))
+    between = paired_between_runs(summaries)
+    if between:
+        print()
+        print(between_runs_table(between))
     try:
         figure = str(plot_runs(summaries, args.out, args.title))
     except ImportError:
@@ -43,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
         ex, ey, fx, fy = series(s)
         runs.append({"run_dir": s["run_dir"], "mode": s["mode"], "em": dict(zip(ex, ey)),
                      "em_interval": dict(zip(ex, em_intervals(s))), "fa_ratio": dict(zip(fx, fy))})
-    print(json.dumps({"figure": figure, "runs": runs}))
+    print(json.dumps({"figure": figure, "runs": runs, "between": between}))
     return 0
 
 

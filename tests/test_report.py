@@ -156,3 +156,66 @@ def test_plot_draws_em_intervals_as_error_bars(tmp_path, monkeypatch):
     x, y, (below, above) = drawn[0]
     assert x == [0, 1, 2] and y == [0.25, 0.2917, 0.2083]
     assert below == pytest.approx([0.0834, 0.12, 0.12]) and above == pytest.approx([0.0834, 0.13, 0.13])
+
+
+def _run_folder(root, name: str, evals: dict[int, list[tuple[str, float]]]):
+    """A finished run folder as load_run reads it: summary.json and each model's eval.jsonl (M0 in
+    iter_0), rows written in the given order."""
+    d = root / name
+    for z, rows in evals.items():
+        (d / f"iter_{z}").mkdir(parents=True)
+        with open(d / f"iter_{z}" / "eval.jsonl", "w") as f:
+            for qid, em in rows:
+                f.write(json.dumps({"question_id": qid, "answers": ["x"], "prediction": "x" if em else "y",
+                                    "em": em, "f1": em}) + "\n")
+    mean = lambda z: sum(e for _, e in evals[z]) / len(evals[z])  # noqa: E731
+    summary = {"run_dir": "/elsewhere/" + name, "name": "same_config", "mode": "backtrace",
+               "bootstrap": {"em": mean(0), "f1": mean(0)},
+               "iterations": [{"iteration": z, "em": mean(z), "f1": mean(z)} for z in sorted(evals) if z > 0]}
+    (d / "summary.json").write_text(json.dumps(summary))
+    return d
+
+
+def test_runs_are_paired_question_by_question_whatever_the_files_order(tmp_path):
+    from knowtrace_train.report import between_runs_table, load_run, paired_between_runs
+
+    ids = [f"q{i:02d}" for i in range(30)]
+    m0 = [(q, 1.0 if i < 6 else 0.0) for i, q in enumerate(ids)]
+    # iteration 1: run a right on q00-q09, run b on q07-q17
+    a1 = [(q, 1.0 if i < 10 else 0.0) for i, q in enumerate(ids)]
+    b1 = [(q, 1.0 if 7 <= i < 18 else 0.0) for i, q in enumerate(ids)]
+    a = _run_folder(tmp_path, "a", {0: m0, 1: a1})
+    b = _run_folder(tmp_path, "b", {0: list(reversed(m0)), 1: b1[::-1]})  # another order: matched by id
+    ra, rb = load_run(a), load_run(b)
+    assert ra["run_dir"] == str(a)  # where it was read from, not where it ran
+    rows = paired_between_runs([ra, rb])
+    assert [r["iteration"] for r in rows] == [0, 1] and all("refused" not in r for r in rows)
+    assert rows[0]["em"]["diff"] == 0 and rows[0]["em"]["p_value"] == 1.0 and (rows[0]["only_a"], rows[0]["only_b"]) == (0, 0)
+    # only a: q00-q06 (7), only b: q10-q17 (8); exact McNemar: min 7 of 15 -> 2 * sum C(15, i<=7) / 2^15 = 1.0
+    assert (rows[1]["only_a"], rows[1]["only_b"]) == (7, 8)
+    assert rows[1]["n"] == 30 and rows[1]["em"]["diff"] == pytest.approx(1 / 30)
+    assert rows[1]["em"]["p_value"] == 1.0 and rows[1]["em"]["test"] == "mcnemar"
+    # a clearer case: b right on 3 more questions than a and wrong on none a got: p = 2 / 2^3 = 0.25
+    c = _run_folder(tmp_path, "c", {0: m0, 1: [(q, 1.0 if i < 13 else 0.0) for i, q in enumerate(ids)]})
+    rows = paired_between_runs([ra, load_run(c)])
+    assert (rows[1]["only_a"], rows[1]["only_b"]) == (0, 3) and rows[1]["em"]["p_value"] == 0.25
+    table = between_runs_table(rows).splitlines()
+    assert table[2].split()[:4] == ["c", "-", "a", "1"] and "+0.100" in table[2] and "p=0.25" in table[2]
+    assert table[2].endswith("0/3")
+    # runs of the same config are told apart by their folders in the comparison table
+    assert [line.split()[0] for line in comparison_table([ra, load_run(c)]).splitlines()[1:]] == ["a", "a", "c", "c"]
+
+
+def test_runs_over_other_questions_are_not_paired(tmp_path):
+    from knowtrace_train.report import between_runs_table, load_run, paired_between_runs
+
+    ids = [f"q{i:02d}" for i in range(24)]
+    a = _run_folder(tmp_path, "a", {0: [(q, 1.0) for q in ids], 1: [(q, 0.0) for q in ids]})
+    b = _run_folder(tmp_path, "b", {0: [(q, 1.0) for q in ids[:20]] + [("other", 1.0)]})
+    rows = paired_between_runs([load_run(a), load_run(b)])
+    assert len(rows) == 1 and rows[0]["iteration"] == 0  # iteration 1 is in run a alone
+    assert "other questions" in rows[0]["refused"]
+    assert "not paired: cannot pair" in between_runs_table(rows)
+    (b / "iter_0" / "eval.jsonl").unlink()
+    rows = paired_between_runs([load_run(a), load_run(b)])
+    assert "eval.jsonl" in rows[0]["refused"]
