@@ -250,16 +250,12 @@ def paired_between_runs(summaries: Sequence[dict[str, Any]], *, seed: int = 0) -
         order = sorted(range(len(q.ids)), key=q.ids.__getitem__)
         return QuestionScores(q.source, [q.ids[i] for i in order], [q.em[i] for i in order], [q.f1[i] for i in order])
 
-    def models(s: dict[str, Any]) -> list[int]:
-        have_start = bool(s.get("bootstrap") or s.get("base"))
-        return ([0] if have_start else []) + [r["iteration"] for r in s["iterations"] if r.get("em") is not None]
-
     out: list[dict[str, Any]] = []
     if not summaries:
         return out
     ref = summaries[0]
     for other in summaries[1:]:
-        for z in sorted(set(models(ref)) & set(models(other))):
+        for z in sorted(set(series(ref)[0]) & set(series(other)[0])):  # the models both runs evaluated
             row: dict[str, Any] = {"a": ref["run_dir"], "b": other["run_dir"], "iteration": z}
             fa, fb = model_eval_file(ref, z), model_eval_file(other, z)
             try:
