@@ -33,13 +33,13 @@ from knowtrace_train.evaluate import (
     load_eval_items,
     set_threads,
 )
-from knowtrace_train.generation import GeneratorConfig
+from knowtrace_train.generation import GeneratorConfig, check_generator_installed
 from knowtrace_train.io import atomic_write_text
 from knowtrace_train.methods import StrategyConfig
 from knowtrace_train.methods.baselines import IRCoTConfig, IterRetGenConfig, RACoTConfig, ReActConfig, SelfAskConfig
 from knowtrace_train.methods.knowtrace import KnowTraceConfig
 from knowtrace_train.report import diff_cell, em_cell
-from knowtrace_train.retrieval import RetrieverConfig
+from knowtrace_train.retrieval import RetrieverConfig, check_retriever_installed
 from knowtrace_train.trajectory import read_trajectories
 
 log = logging.getLogger(__name__)
@@ -109,7 +109,12 @@ COMPARE_ALIASES = {"output": "output_dir"}
 def load_compare_config(path: str | Path | None = None, overrides: Sequence[str] = ()) -> CompareConfig:
     from knowtrace_train.config import load_config
 
-    return load_config(CompareConfig, path, list(overrides), aliases=COMPARE_ALIASES)
+    config = load_config(CompareConfig, path, list(overrides), aliases=COMPARE_ALIASES)
+    check_retriever_installed(config.retriever)
+    check_generator_installed(config.generator)
+    for method in config.methods:
+        method.check_installed()
+    return config
 
 
 # -- the run -----------------------------------------------------------------------------------------

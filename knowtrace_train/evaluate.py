@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from knowtrace_train.data.schema import Passage, QAItem
-from knowtrace_train.generation import GeneratorConfig
+from knowtrace_train.generation import GeneratorConfig, check_generator_installed
 from knowtrace_train.io import append_jsonl, iter_jsonl
 from knowtrace_train.methods import StrategyConfig, get_method
 from knowtrace_train.methods.knowtrace import KnowTraceConfig
@@ -44,7 +44,7 @@ from knowtrace_train.metrics import (
     question_kind,
     score,
 )
-from knowtrace_train.retrieval import RetrieverConfig
+from knowtrace_train.retrieval import RetrieverConfig, check_retriever_installed
 from knowtrace_train.trajectory import Trajectory, read_trajectories
 
 log = logging.getLogger(__name__)
@@ -151,6 +151,9 @@ def load_eval_config(path: str | Path | None = None, overrides: Sequence[str] = 
     from knowtrace_train.config import load_config
 
     config = load_config(EvalConfig, path, list(overrides), aliases=EVAL_ALIASES)
+    check_retriever_installed(config.retriever)
+    check_generator_installed(config.generator)
+    config.strategy.check_installed()
     return config if config.run is None else with_run_model(config, path, overrides)
 
 

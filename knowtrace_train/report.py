@@ -22,6 +22,7 @@ import json
 from pathlib import Path
 from typing import Any, Sequence
 
+from knowtrace_train.errors import import_extra
 from knowtrace_train.metrics import (
     MIN_QUESTIONS_FOR_INTERVAL,
     familiarity_share,
@@ -320,10 +321,8 @@ def label(summary: dict[str, Any]) -> str:
 def plot_runs(summaries: Sequence[dict[str, Any]], out: str | Path, title: str = "") -> Path:
     """Figure 2 of the paper for these runs: (a) dev EM per iteration, with its 95% interval as an
     error bar where the run has one, (b) FA ratio per iteration."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import_extra("matplotlib", "plot", "a figure (--out FILE.png)").use("Agg")
+    plt = import_extra("matplotlib.pyplot", "plot", "a figure (--out FILE.png)")
 
     fig, (ax_em, ax_fa) = plt.subplots(1, 2, figsize=(10, 4))
     markers = {"backtrace": "o-", "star": "s--"}

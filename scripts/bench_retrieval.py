@@ -41,6 +41,7 @@ import numpy as np  # noqa: E402
 
 from knowtrace_train.data.corpus import read_corpus, write_corpus  # noqa: E402
 from knowtrace_train.data.schema import Passage  # noqa: E402
+from knowtrace_train.errors import import_extra, user_errors  # noqa: E402
 from knowtrace_train.retrieval import pair_to_query, passage_text  # noqa: E402
 from knowtrace_train.retrieval.bm25 import BM25Retriever, BM25Settings, make_analyzer  # noqa: E402
 
@@ -89,8 +90,7 @@ def make_corpus_and_queries(min_passages: int, n_queries: int, seed: int):
 
 
 def rss_mb() -> float:
-    import psutil
-
+    psutil = import_extra("psutil", "dev", "scripts/bench_retrieval.py's memory figures")
     return psutil.Process().memory_info().rss / 2**20
 
 
@@ -137,7 +137,7 @@ def worker_bm25s(passages: list[Passage], queries: list[str], k: int, cache: Pat
 
 
 def worker_reference(passages: list[Passage], queries: list[str], k: int) -> dict:
-    from rank_bm25 import BM25Okapi
+    BM25Okapi = import_extra("rank_bm25", "dev", "scripts/bench_retrieval.py's reference").BM25Okapi
 
     class LuceneBM25Okapi(BM25Okapi):
         """rank_bm25's Okapi BM25 with Lucene's idf, log(1 + (N - df + 0.5) / (df + 0.5))."""
@@ -195,6 +195,7 @@ def worker_main(args) -> int:
 # -- the run -------------------------------------------------------------------------------------
 
 
+@user_errors
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--passages", type=int, default=100_000, help="at least this many passages")

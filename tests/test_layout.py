@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 PKG = Path(__file__).resolve().parents[1] / "knowtrace_train"
-SHARED = ("trajectory", "kg", "kg_store", "metrics", "io", "config", "stages", "data", "retrieval", "generation")
+SHARED = ("trajectory", "kg", "kg_store", "metrics", "io", "config", "errors", "stages", "data", "retrieval", "generation")
 LOOPS = ("selftrain", "train", "evaluate", "report", "report_html", "compare")
 
 

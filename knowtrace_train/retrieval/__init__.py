@@ -25,6 +25,7 @@ __all__ = [
     "RetrieverConfig",
     "ScoredPassage",
     "build_retriever",
+    "check_retriever_installed",
     "check_search_args",
     "pair_to_query",
     "passage_text",
@@ -87,6 +88,18 @@ class RetrieverConfig:
             return cls(**dict(d))
         except (TypeError, ValueError) as e:
             raise ValueError(f"{where}: {e}") from e
+
+
+def check_retriever_installed(config: RetrieverConfig) -> None:
+    """Import the backend's optional packages now: a missing extra is one clear error before any work."""
+    if config.backend == "dense":
+        from knowtrace_train.retrieval.dense import dense_modules
+
+        dense_modules()
+    elif config.backend in ("elasticsearch", "opensearch"):
+        from knowtrace_train.retrieval.elastic import client_modules
+
+        client_modules(config.backend)
 
 
 def build_retriever(config: RetrieverConfig, passages: Sequence[Passage]) -> Retriever:

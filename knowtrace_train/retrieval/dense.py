@@ -13,6 +13,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from knowtrace_train.data.schema import Passage
+from knowtrace_train.errors import import_extra
 from knowtrace_train.retrieval.base import RetrievalError, ScoredPassage, check_search_args, passage_text
 from knowtrace_train.retrieval.cache import build_once, cache_key, corpus_fingerprint, resolve_cache_dir
 
@@ -94,8 +95,7 @@ class DenseRetriever:
                     f"the cached embeddings in {self.index_dir} hold {embeddings.shape[0]} passages, "
                     f"not {len(self.passages)}; delete that folder to rebuild them"
                 )
-        import faiss
-
+        faiss = dense_modules()[1]
         self.index = faiss.IndexFlatIP(embeddings.shape[1])
         self.index.add(np.ascontiguousarray(embeddings, dtype=np.float32))
 
@@ -132,13 +132,14 @@ class DenseRetriever:
         ]
 
 
+def dense_modules():
+    """sentence_transformers and faiss, the dense extra's packages (a `MissingExtraError` where absent)."""
+    feature = "retriever.backend: dense"
+    return import_extra("sentence_transformers", "dense", feature), import_extra("faiss", "dense", feature)
+
+
 def _load_encoder(encoder: str, device: str | None):
-    try:
-        from sentence_transformers import SentenceTransformer
-    except ImportError as e:
-        raise RetrievalError(
-            "dense retrieval needs sentence-transformers and faiss: pip install 'knowtrace-train[dense]'"
-        ) from e
+    SentenceTransformer = dense_modules()[0].SentenceTransformer
     local = Path(encoder).expanduser().is_dir()
     try:
         # a local folder never touches the network (as HF_HUB_OFFLINE=1 would ensure)

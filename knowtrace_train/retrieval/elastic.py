@@ -8,6 +8,7 @@ import os
 from typing import Any, Iterator, Sequence
 
 from knowtrace_train.data.schema import Passage
+from knowtrace_train.errors import import_extra
 from knowtrace_train.retrieval.base import RetrievalError, ScoredPassage, check_search_args, passage_text
 from knowtrace_train.retrieval.cache import cache_key, corpus_fingerprint
 
@@ -42,6 +43,7 @@ class ElasticRetriever:
     ) -> None:
         if flavor not in FLAVORS:
             raise RetrievalError(f"flavor must be one of {FLAVORS}, got {flavor!r}")
+        client_module, self._helpers = client_modules(flavor)
         if len(passages) == 0:
             raise RetrievalError(f"cannot build an {flavor} index over an empty corpus")
         if batch_size <= 0:
@@ -56,7 +58,7 @@ class ElasticRetriever:
             )
         self.batch_size = batch_size
         self.show_progress = show_progress
-        self.client = _connect(flavor, self.url, timeout_s)
+        self.client = _connect(client_module, flavor, self.url, timeout_s)
         self._fingerprint = cache_key(corpus_fingerprint(self.passages), {"format": INDEX_FORMAT, "k1": k1, "b": b})
         self.index = (index or f"knowtrace-{self._fingerprint[:16]}").lower()
         self._ensure_index(k1, b, recreate)
@@ -110,10 +112,7 @@ class ElasticRetriever:
     def _bulk_index(self) -> None:
         from tqdm.auto import tqdm
 
-        if self.flavor == "elasticsearch":
-            from elasticsearch.helpers import streaming_bulk
-        else:
-            from opensearchpy.helpers import streaming_bulk
+        streaming_bulk = self._helpers.streaming_bulk
         log.info("bulk-indexing %d passages into %s index %s", len(self.passages), self.flavor, self.index)
         failed = []
         progress = tqdm(total=len(self.passages), desc=f"{self.flavor} bulk index", disable=not self.show_progress)
@@ -162,20 +161,23 @@ def _body(response) -> dict[str, Any]:
     return getattr(response, "body", response)
 
 
-def _connect(flavor: str, url: str, timeout_s: float):
-    """A client for the server at `url`, after checking that the server answers."""
+def client_modules(flavor: str):
+    """The flavor's client package and its `helpers` module, from the extra of the flavor's name."""
+    if flavor == "elasticsearch":
+        feature = "retriever.backend: elasticsearch"
+        return (import_extra("elasticsearch", "elasticsearch", feature),
+                import_extra("elasticsearch.helpers", "elasticsearch", feature))
+    feature = "retriever.backend: opensearch"
+    return import_extra("opensearchpy", "opensearch", feature), import_extra("opensearchpy.helpers", "opensearch", feature)
+
+
+def _connect(client_module, flavor: str, url: str, timeout_s: float):
+    """A client (from the flavor's `client_module`) for the server at `url`, after checking that the server answers."""
     try:
         if flavor == "elasticsearch":
-            from elasticsearch import Elasticsearch
-
-            client = Elasticsearch(url, request_timeout=timeout_s, max_retries=1, retry_on_timeout=False)
+            client = client_module.Elasticsearch(url, request_timeout=timeout_s, max_retries=1, retry_on_timeout=False)
         else:
-            from opensearchpy import OpenSearch
-
-            client = OpenSearch(hosts=[url], timeout=timeout_s, max_retries=1, retry_on_timeout=False)
-    except ImportError as e:
-        pkg = "elasticsearch" if flavor == "elasticsearch" else "opensearch"
-        raise RetrievalError(f"the {flavor} backend needs its client: pip install 'knowtrace-train[{pkg}]'") from e
+            client = client_module.OpenSearch(hosts=[url], timeout=timeout_s, max_retries=1, retry_on_timeout=False)
     except ValueError as e:
         raise RetrievalError(f"bad {flavor} URL {url!r}: {e}") from e
     try:

@@ -14,10 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from knowtrace_train.evaluate import CorpusConfig
-from knowtrace_train.generation import GeneratorConfig
+from knowtrace_train.generation import GeneratorConfig, check_generator_installed
 from knowtrace_train.methods import StrategyConfig, get_method
 from knowtrace_train.methods.knowtrace import KnowTraceConfig, MaxNewTokensConfig
-from knowtrace_train.retrieval import RetrieverConfig
+from knowtrace_train.retrieval import RetrieverConfig, check_retriever_installed
 from knowtrace_train.train.config import gradient_accumulation_for, launched_processes
 from knowtrace_train.train.lora import LoraTrainConfig, check_qlora
 from knowtrace_train.train.precision import training_device
@@ -207,6 +207,9 @@ class SelfTrainConfig:
                     raise ValueError(f"{where}: {e}") from None
         if self.generator.adapters:
             raise ValueError("generator.adapters must be empty: the loop sets each iteration's adapters itself")
+        check_retriever_installed(self.retriever)
+        check_generator_installed(self.generator)
+        self.strategy.check_installed()
         get_method(self.strategy.name).validate_for_training(self.strategy)
         for name in ("train", "dev", "test"):
             if getattr(self.data, name) is not None and not Path(getattr(self.data, name)).is_file():

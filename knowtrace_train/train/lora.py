@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
+from knowtrace_train.errors import UserError, import_extra
 from knowtrace_train.generation.prepare import PROMPT_FORMATS
 from knowtrace_train.io import atomic_dir, iter_jsonl, write_json
 from knowtrace_train.train.config import LoraTrainConfig, gradient_accumulation_for, launched_processes
@@ -30,8 +31,10 @@ logger = logging.getLogger(__name__)
 TRAINING_INFO = "knowtrace_training.json"
 
 
-class SFTRecordError(ValueError):
+class SFTRecordError(UserError, ValueError):
     """A prompt/completion record that cannot be trained on; the message names the record and field."""
+
+    label = "data error"
 
 
 @dataclass(frozen=True)
@@ -218,14 +221,11 @@ def _load_base(base_model_path: Path, precision: str, config: LoraTrainConfig, d
 
 
 def check_qlora(device: str) -> None:
-    """QLoRA's 4-bit NF4 base needs a CUDA GPU and bitsandbytes: raise naming what is missing (before any work)."""
+    """QLoRA's 4-bit NF4 base needs bitsandbytes and a CUDA GPU: raise naming what is missing (before any work)."""
+    import_extra("bitsandbytes", "qlora", "train.qlora: true")
     if device != "cuda":
         raise ValueError(f"train.qlora: true needs a CUDA GPU (bitsandbytes 4-bit NF4), but training runs on {device}; "
                          "set qlora: false on CPUs")
-    import importlib.util
-
-    if importlib.util.find_spec("bitsandbytes") is None:
-        raise ImportError("train.qlora: true needs bitsandbytes: pip install 'knowtrace-train[qlora]'")
 
 
 def nf4_config(compute_dtype):

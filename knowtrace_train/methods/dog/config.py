@@ -18,6 +18,8 @@ CALL_KINDS = (RELATION, ANSWER_TRY, EXPERT, CRITIC, LINGUIST, FALLBACK)
 DEBATE_ORDER = (EXPERT, CRITIC, LINGUIST)
 
 ANSWER_SOURCES = ("model", "tail")
+#: a `graph` that starts so is a SPARQL endpoint; anything else is an embedded store
+ENDPOINT_SCHEMES = ("http://", "https://")
 
 
 @dataclass
@@ -73,6 +75,13 @@ class DoGConfig(StrategyConfig):
                 raise ValueError(f"strategy.{key} must be >= 1, got {getattr(self, key)}")
         if self.temperature < 0:
             raise ValueError(f"strategy.temperature must be >= 0, got {self.temperature}")
+
+    def check_installed(self) -> None:
+        """An embedded graph (any `graph` but an endpoint URL) needs the kg extra's pyoxigraph."""
+        if not self.graph.startswith(ENDPOINT_SCHEMES):
+            from knowtrace_train.kg_store.store import oxigraph_module
+
+            oxigraph_module()
 
     def debate_roles(self) -> tuple[str, ...]:
         """The roles that speak in a hop's debate, in order, over all rounds."""

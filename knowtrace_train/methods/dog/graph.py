@@ -7,6 +7,7 @@ from typing import Sequence
 
 from knowtrace_train.data.schema import QAItem
 from knowtrace_train.kg_store import EndpointStore, GraphStore
+from knowtrace_train.methods.dog.config import ENDPOINT_SCHEMES
 
 
 def graph_triples(source: str, items: Sequence[QAItem]) -> list[tuple[str, str, str]]:
@@ -33,7 +34,7 @@ def graph_triples(source: str, items: Sequence[QAItem]) -> list[tuple[str, str, 
 
 
 def is_endpoint(source: str) -> bool:
-    return source.startswith(("http://", "https://"))
+    return source.startswith(ENDPOINT_SCHEMES)
 
 
 def build_store(source: str, items: Sequence[QAItem], timeout: float = 10.0) -> GraphStore:
