@@ -21,13 +21,14 @@ import dataclasses
 import difflib
 import logging
 import re
-import sys
 import types
 import typing
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence, TypeVar
 
 import yaml
+
+from knowtrace_train.errors import DEBUG_ENV, UserError, debug_requested, report_user_error
 
 T = TypeVar("T")
 
@@ -38,8 +39,10 @@ COMMAND_LINE = "command line"
 _FLOAT = re.compile(r"[-+]?\d+(?:\.\d*)?[eE][-+]?\d+")
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError, ValueError):
     """A config that does not fit its dataclass; the message names the key and the source."""
+
+    label = "config error"
 
 
 class TaggedConfig:
@@ -340,11 +343,12 @@ def config_epilog(cls: type) -> str:
 
 @dataclasses.dataclass
 class RecipeArgs:
-    """A recipe's command line: the config file, --quiet, and the `--key value` overrides."""
+    """A recipe's command line: the config file, --quiet, the `--key value` overrides and --debug."""
 
     config: str | None
     quiet: bool
     overrides: list[str]
+    debug: bool = False
 
 
 def parse_recipe_args(
@@ -362,11 +366,13 @@ def parse_recipe_args(
     )
     parser.add_argument("--config", help=config_file_help)
     parser.add_argument("--quiet", action="store_true", help="no progress bars, warnings only")
+    parser.add_argument("--debug", action="store_true",
+                        help=f"a user error (config, data, corpus, run folder, model) shows its traceback too (or {DEBUG_ENV}=1)")
     args, overrides = parser.parse_known_args(None if argv is None else list(argv))
     logging.basicConfig(
         level=logging.WARNING if args.quiet else logging.INFO, format="%(levelname)s %(name)s: %(message)s"
     )
-    return RecipeArgs(config=args.config, quiet=args.quiet, overrides=overrides)
+    return RecipeArgs(config=args.config, quiet=args.quiet, overrides=overrides, debug=args.debug or debug_requested())
 
 
 def run_recipe(
@@ -379,14 +385,16 @@ def run_recipe(
 ) -> int:
     """A recipe's `main`: parse its command line (`parse_recipe_args`; `--help` lists every key of
     `config_class`), build the config with `load(config file, overrides)`, then return `run(config, args)`.
-    A `ConfigError` from either is printed to stderr as `config error: ...` (it names the key and the
-    file) and exits 2."""
+    A user's error from either (`UserError`: a config, a data file, a corpus, a run folder, a model, a
+    missing extra) is printed to stderr as one line, `config error: ...` or the like, and exits 2; with
+    `--debug` it keeps its traceback."""
     args = parse_recipe_args(argv, doc, config_file_help, config_class)
     try:
         return run(load(args.config, args.overrides), args)
-    except ConfigError as e:
-        print(f"config error: {e}", file=sys.stderr)
-        return 2
+    except UserError as e:
+        if args.debug:
+            raise
+        return report_user_error(e)
 
 
 def config_to_dict(obj: Any) -> Any:

@@ -11,11 +11,15 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
+from knowtrace_train.errors import UserError
+
 log = logging.getLogger(__name__)
 
 
-class DataFileError(ValueError):
+class DataFileError(UserError, ValueError):
     """A data file that cannot be read; the message names the file, line and field."""
+
+    label = "data error"
 
 
 def iter_jsonl(

@@ -18,6 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from knowtrace_train.errors import user_errors  # noqa: E402
 from knowtrace_train.methods.knowtrace.backtrace import DEFAULT_PATH_RULE, PATH_RULES, backtrace_trajectories  # noqa: E402
 from knowtrace_train.methods.knowtrace.quality import evidence_quality  # noqa: E402
 from knowtrace_train.data.schema import Passage, QAItem  # noqa: E402
@@ -68,6 +69,7 @@ def token_counter(spec: str | None):
     return (lambda s: len(tok(s, add_special_tokens=False)["input_ids"])), spec
 
 
+@user_errors
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rollouts", required=True, nargs="+",

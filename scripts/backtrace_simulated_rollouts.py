@@ -27,6 +27,7 @@ from typing import Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from knowtrace_train.errors import user_errors  # noqa: E402
 from knowtrace_train.methods.knowtrace import outputs  # noqa: E402
 from knowtrace_train.data.corpus import read_corpus  # noqa: E402
 from knowtrace_train.data.loaders import load_items  # noqa: E402
@@ -100,6 +101,7 @@ class ScriptedKnowTrace:
         return out
 
 
+@user_errors
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--items", required=True, help="items with gold triples and sub-questions (the world)")

@@ -23,6 +23,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from knowtrace_train.data.loaders import load_items  # noqa: E402
+from knowtrace_train.errors import user_errors  # noqa: E402
 from knowtrace_train.generation import GeneratorConfig, build_generator  # noqa: E402
 from knowtrace_train.methods.dog import DoG, DoGConfig  # noqa: E402
 from knowtrace_train.methods.dog.graph import build_store, graph_triples  # noqa: E402
@@ -50,6 +51,7 @@ def store_rate(entities: int) -> dict:
             "triple_filling": n_fill, "triple_filling_per_s": round(n_fill / fill_s, 1), "triples_filled": filled}
 
 
+@user_errors
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--questions", type=int, default=8)

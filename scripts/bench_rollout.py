@@ -24,6 +24,7 @@ from typing import Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from knowtrace_train.errors import user_errors  # noqa: E402
 from knowtrace_train.evaluate import load_corpus, load_eval_config, load_eval_items, set_threads  # noqa: E402
 from knowtrace_train.generation import GenerationRequest, build_generator  # noqa: E402
 from knowtrace_train.metrics import normalize_answer  # noqa: E402
@@ -56,6 +57,7 @@ class OneQueryAtATime:
         return [self.retriever.search([q], k)[0] for q in queries]
 
 
+@user_errors
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--config", default="recipes/configs/eval_world.yaml")

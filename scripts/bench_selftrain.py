@@ -32,6 +32,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from knowtrace_train.errors import user_errors  # noqa: E402
 from knowtrace_train.stages import read_done  # noqa: E402
 
 PHASES = ("bootstrap", "eval", "train", "rollout", "rationalize")
@@ -99,6 +100,7 @@ def compare(a: dict[str, Any], b: dict[str, Any]) -> dict[str, float | None]:
     return ratios
 
 
+@user_errors
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--read", nargs="+", metavar="RUN", help="only read these finished run folders")

@@ -26,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from knowtrace_train.data.corpus import read_corpus  # noqa: E402
 from knowtrace_train.data.loaders import load_items  # noqa: E402
+from knowtrace_train.errors import user_errors  # noqa: E402
 from knowtrace_train.generation import GeneratorConfig, build_generator  # noqa: E402
 from knowtrace_train.methods.trace.kg_generator import KGGenerator, ContentCache  # noqa: E402
 from knowtrace_train.retrieval import RetrieverConfig, build_retriever  # noqa: E402
@@ -59,6 +60,7 @@ def documents(n: int):
     return out
 
 
+@user_errors
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--documents", type=int, default=16)

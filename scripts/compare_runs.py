@@ -22,6 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
+from knowtrace_train.errors import user_errors  # noqa: E402
 from knowtrace_train.report import (  # noqa: E402
     between_runs_table,
     comparison_table,
@@ -33,6 +34,7 @@ from knowtrace_train.report import (  # noqa: E402
 )
 
 
+@user_errors
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("runs", nargs="+", help="run folders (runs/<name>)")

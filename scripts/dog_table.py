@@ -22,6 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from knowtrace_train.errors import user_errors  # noqa: E402
 from knowtrace_train.metrics import bootstrap_interval, hits_at_1, hits_at_1_by_hops  # noqa: E402
 from knowtrace_train.trajectory import read_trajectories  # noqa: E402
 
@@ -57,6 +58,7 @@ def cell(hits, interval) -> str:
     return "-" if hits is None else f"{hits:.3f}" + ("" if interval is None else f" [{interval[0]:.2f}, {interval[1]:.2f}]")
 
 
+@user_errors
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("files", nargs="+")

@@ -28,6 +28,7 @@ if str(ROOT) not in sys.path:
 from knowtrace_train.data.corpus import build_corpus  # noqa: E402
 from knowtrace_train.data.loaders import load_items  # noqa: E402
 from knowtrace_train.data.schema import QAItem  # noqa: E402
+from knowtrace_train.errors import user_errors  # noqa: E402
 from knowtrace_train.retrieval import BACKENDS, RetrieverConfig, ScoredPassage, build_retriever  # noqa: E402
 
 PARAGRAPH_DATASETS = ("musique",)
@@ -73,6 +74,7 @@ def evaluate_file(path: str, config: RetrieverConfig, unit: str, fmt: str | None
     }
 
 
+@user_errors
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--data", action="append", required=True, help="benchmark file (repeatable)")

@@ -11,8 +11,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from knowtrace_train.data.world import DEFAULT_SIZES, make_world, write_world  # noqa: E402
+from knowtrace_train.errors import user_errors  # noqa: E402
 
 
+@user_errors
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--seed", type=int, default=0, help="random seed (default 0: the committed data/world)")

@@ -22,11 +22,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 from knowtrace_train.data.loaders import load_items  # noqa: E402
+from knowtrace_train.errors import user_errors  # noqa: E402
 from knowtrace_train.io import DataFileError  # noqa: E402
 from knowtrace_train.report import breakdown, breakdown_table  # noqa: E402
 from knowtrace_train.trajectory import read_trajectories  # noqa: E402
 
 
+@user_errors
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("files", nargs="+", help="trajectory files (recipes/evaluate.py --output)")

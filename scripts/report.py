@@ -20,9 +20,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
+from knowtrace_train.errors import user_errors  # noqa: E402
 from knowtrace_train.report_html import write_report  # noqa: E402
 
 
+@user_errors
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("paths", nargs="+", metavar="RUN_OR_ROLLOUTS", help="run folders, trajectory JSONL files, folders of them")

@@ -21,6 +21,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from knowtrace_train.data.loaders import load_items  # noqa: E402
+from knowtrace_train.errors import user_errors  # noqa: E402
 from knowtrace_train.evaluate import compare_scores, read_question_scores  # noqa: E402
 from knowtrace_train.metrics import bootstrap_interval, em_by_kind, format_interval, question_kind  # noqa: E402
 from knowtrace_train.trajectory import read_trajectories  # noqa: E402
@@ -41,6 +42,7 @@ def kinds_of(trajs) -> dict[str, str | None]:
     return out
 
 
+@user_errors
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("folder")

@@ -343,3 +343,68 @@ def test_shipped_configs_name_only_what_differs_from_the_defaults(path):
     cls = _config_class(path)
     data = yaml.safe_load(path.read_text()) or {}
     assert _keys_at_their_default(data, load_config(cls, path), cls()) == [], f"{path.name}: keys at their {cls.__name__} default"
+
+
+def test_a_user_error_is_one_line_and_debug_brings_the_traceback_back(tmp_path, capsys, monkeypatch):
+    """A data file, a corpus, a run folder, a model: every `UserError` prints its line and exits 2;
+    `--debug` (or KNOWTRACE_DEBUG=1) re-raises it; the program's own errors are never swallowed."""
+    from knowtrace_train.config import run_recipe
+    from knowtrace_train.io import DataFileError
+
+    def bad_data(config, args):
+        raise DataFileError("/tmp/bad/mal.jsonl:2: not valid JSON (Expecting value at column 1)")
+
+    load = lambda path, overrides: load_config(Outer, path, overrides)  # noqa: E731
+    assert run_recipe(["--path", "p"], "Doc.", "YAML", load, bad_data) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("data error: /tmp/bad/mal.jsonl:2: not valid JSON") and err.count("\n") == 1
+    assert "--debug" in err
+    with pytest.raises(DataFileError):
+        run_recipe(["--path", "p", "--debug"], "Doc.", "YAML", load, bad_data)
+    monkeypatch.setenv("KNOWTRACE_DEBUG", "1")
+    with pytest.raises(DataFileError):
+        run_recipe(["--path", "p"], "Doc.", "YAML", load, bad_data)
+    monkeypatch.delenv("KNOWTRACE_DEBUG")
+
+    def bug(config, args):
+        raise KeyError("a bug of the program's own")
+
+    with pytest.raises(KeyError):
+        run_recipe(["--path", "p"], "Doc.", "YAML", load, bug)
+
+
+def test_user_errors_wraps_a_scripts_main(capsys):
+    from knowtrace_train.errors import MissingExtraError, user_errors
+
+    @user_errors
+    def main(argv=None):
+        assert "--debug" not in argv  # taken off before the script's own parser sees it
+        raise MissingExtraError("a figure needs matplotlib: pip install 'knowtrace-train[plot]'")
+
+    assert main(["x"]) == 2
+    assert capsys.readouterr().err.startswith("missing extra: a figure needs matplotlib: pip install 'knowtrace-train[plot]'")
+    with pytest.raises(MissingExtraError):
+        main(["x", "--debug"])
+
+
+@pytest.mark.parametrize("command", [
+    ["recipes/selftrain.py", "--data.dev", "{bad}", "--output_dir", "{tmp}/run"],
+    ["recipes/evaluate.py", "--config", "recipes/configs/eval_world.yaml", "--dataset.path", "{bad}", "--output", "{tmp}/e.jsonl"],
+    ["scripts/eval_retrieval.py", "--data", "{bad}"],
+])
+def test_a_malformed_data_file_ends_in_one_line_without_a_traceback(tmp_path, command):
+    """The issue's example, as a user meets it: a malformed JSONL line in a data file given on the command line."""
+    import os
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parents[1]
+    bad = tmp_path / "mal.jsonl"
+    bad.write_text('{"id": "q1", "question": "Who?", "answers": ["x"]}\n{oops\n', encoding="utf-8")
+    argv = [a.format(bad=bad, tmp=tmp_path) for a in command]
+    r = subprocess.run([sys.executable, *argv], capture_output=True, text=True, cwd=repo, timeout=300,
+                       env={**os.environ, "KNOWTRACE_DEBUG": ""})
+    assert r.returncode == 2, r.stderr[-2000:]
+    assert "Traceback" not in r.stderr
+    last = r.stderr.strip().splitlines()[-1]
+    assert last.startswith("data error: ") and f"{bad}:2: not valid JSON" in last

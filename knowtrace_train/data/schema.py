@@ -8,9 +8,13 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
+from knowtrace_train.errors import UserError
 
-class SchemaError(ValueError):
+
+class SchemaError(UserError, ValueError):
     """A record that does not fit the schema; the message names where and which field."""
+
+    label = "data error"
 
 
 def passage_id(title: str, text: str) -> str:

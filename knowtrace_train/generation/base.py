@@ -9,6 +9,8 @@ import logging
 from dataclasses import dataclass
 from typing import Protocol, Sequence, runtime_checkable
 
+from knowtrace_train.errors import UserError
+
 log = logging.getLogger(__name__)
 
 #: The role whose calls run on the plain model, every adapter disabled.
@@ -66,8 +68,10 @@ class Completion:
     truncated_tokens: int = 0
 
 
-class GenerationError(ValueError):
+class GenerationError(UserError, ValueError):
     """Bad generation input: unknown model, missing adapter, empty or too-long prompt."""
+
+    label = "generator error"
 
 
 class GeneratorClosedError(RuntimeError):

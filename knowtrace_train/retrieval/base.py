@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Protocol, Sequence, runtime_checkable
 
 from knowtrace_train.data.schema import Passage
+from knowtrace_train.errors import UserError
 
 log = logging.getLogger(__name__)
 
@@ -17,8 +18,10 @@ class ScoredPassage:
     score: float
 
 
-class RetrievalError(ValueError):
+class RetrievalError(UserError, ValueError):
     """Bad retrieval input (empty corpus, empty query, k <= 0) or an unreachable engine."""
+
+    label = "retrieval error"
 
 
 @runtime_checkable

@@ -34,6 +34,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
+from knowtrace_train.errors import UserError
 from knowtrace_train.io import atomic_dir, iter_jsonl, write_json
 from knowtrace_train.train.lora import TRAINING_INFO, read_training_info, render_prompt_ids
 from knowtrace_train.train.merge import merge_adapters_into_base
@@ -49,8 +50,10 @@ FALLBACK_PROMPTS = (
 )
 
 
-class ExportError(RuntimeError):
+class ExportError(UserError, RuntimeError):
     """A run folder that cannot be exported (no adapters, no M0 path)."""
+
+    label = "export error"
 
 
 class ExportCheckError(ExportError):

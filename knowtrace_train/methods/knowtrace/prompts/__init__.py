@@ -16,9 +16,10 @@ from typing import Any, Sequence
 
 import yaml
 
-from knowtrace_train.methods.knowtrace import outputs
 from knowtrace_train.data.schema import Passage
+from knowtrace_train.errors import UserError
 from knowtrace_train.kg import EMPTY_KG, GuidancePair, Triplet, render_paths, render_triplets
+from knowtrace_train.methods.knowtrace import outputs
 
 PROMPT_DIR = Path(__file__).resolve().parent
 
@@ -40,8 +41,10 @@ TEXT_KG_HEADER = "Knowledge triplets:"
 TEXT_HEADER = "Text:"
 
 
-class PromptFileError(ValueError):
+class PromptFileError(UserError, ValueError):
     """A prompt data file that does not have the expected fields."""
+
+    label = "prompt file error"
 
 
 @dataclass(frozen=True)
