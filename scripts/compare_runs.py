@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from knowtrace_train.errors import user_errors  # noqa: E402
+from knowtrace_train.errors import MissingExtraError, user_errors  # noqa: E402
 from knowtrace_train.report import (  # noqa: E402
     between_runs_table,
     comparison_table,
@@ -53,8 +53,8 @@ def main(argv: list[str] | None = None) -> int:
         print(between_runs_table(between))
     try:
         figure = str(plot_runs(summaries, args.out, args.title))
-    except ImportError:
-        print("matplotlib is not installed (pip install 'knowtrace-train[plot]'): no figure", file=sys.stderr)
+    except MissingExtraError as e:  # the tables above are printed: only the figure is missing
+        print(f"{e.label}: {e} (no figure; the tables stand)", file=sys.stderr)
         figure = None
     runs = []
     for s in summaries:
