@@ -229,7 +229,7 @@ def run_reference(model_dir: Path, records: list[dict], steps: int, lora, seed: 
     from datasets import Dataset
     from trl import SFTConfig
 
-    from knowtrace_train.train.lora import counting_trainer_class
+    from knowtrace_train.train.trainer import counting_trainer_class
 
     data = Dataset.from_list(
         [{"prompt": [{"role": "user", "content": r["prompt"]}],

@@ -54,7 +54,7 @@ def test_train_sections_and_lora_train_config_share_one_set_of_defaults():
     # the CPU default run's values (its figures were measured with them)
     lora = LoraTrainConfig()
     assert (lora.per_device_batch_size, lora.gradient_accumulation_steps, lora.learning_rate, lora.epochs,
-            lora.max_length, lora.logging_steps) == (4, 1, 3e-4, 2.0, 1024, 5)
+            lora.max_length, lora.logging_steps) == (1, 4, 3e-4, 2.0, 1024, 5)
 
 
 def test_overriding_one_nested_key_keeps_the_other_defaults():

@@ -194,6 +194,58 @@ def test_padding_free_batch_gives_the_padded_batch_loss(tiny_model_dir, real_tok
     torch.testing.assert_close(loss_flat, loss_padded, rtol=1e-5, atol=1e-5)
 
 
+def test_the_cpu_completion_loss_is_trls_loss(tiny_model_dir, real_tokenizer):
+    """On the CPU the LM head runs on the completion positions only (`completion_loss`); the loss and its
+    gradients are TRL's own, which scores every position there."""
+    from datasets import Dataset
+    from peft import get_peft_model
+
+    from knowtrace_train.train.lora import _load_base, lora_config, sft_args
+    from knowtrace_train.train.trainer import completion_loss, counting_trainer_class
+
+    records = load_records(_records(3) + [{"prompt": PROMPT, "completion": COMPLETION}], "complete")
+    rows, _ = tokenize_records(real_tokenizer, records, "chat", 512)
+    config = LoraTrainConfig(rank=4, dropout=0.0, per_device_batch_size=4, gradient_accumulation_steps=1, seed=1)
+    model = _load_base(tiny_model_dir, "fp32", config, "cpu")
+    args = sft_args(config, "fp32", "cpu", "/tmp/unused")
+    trainer = counting_trainer_class()(model=model, args=args, train_dataset=Dataset.from_list(rows),
+                                       processing_class=real_tokenizer, peft_config=lora_config(config))
+    batch = trainer._prepare_inputs(next(iter(trainer.get_train_dataloader())))
+    peft_model = trainer.model
+    for p in peft_model.parameters():  # non-zero B: gradients reach every LoRA weight
+        if p.requires_grad:
+            torch.nn.init.normal_(p, std=0.02)
+    losses, grads = [], []
+    for compute in (completion_loss, lambda t, m, i, num_items_in_batch=None: type(t).__mro__[1].compute_loss(t, m, i)):
+        peft_model.zero_grad()
+        loss = compute(trainer, peft_model, dict(batch), num_items_in_batch=None)
+        loss.backward()
+        losses.append(loss.detach())
+        grads.append([p.grad.clone() for p in peft_model.parameters() if p.requires_grad])
+    torch.testing.assert_close(losses[0], losses[1], rtol=1e-5, atol=1e-6)
+    for a, b in zip(*grads):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
+
+
+def test_one_record_per_pass_with_accumulation_trains_what_one_flattened_batch_trains(tiny_model_dir, tmp_path):
+    """The CPU default (batches of 4 as 4 passes of 1 record) takes the optimizer step a padding-free batch of 4
+    takes: the loss is normalized over the accumulated completion tokens, not per pass."""
+    from safetensors.torch import load_file
+
+    common = dict(rank=4, dropout=0.0, learning_rate=1e-2, max_steps=1, logging_steps=1, seed=2)
+    records = _records(3) + [{"prompt": PROMPT, "completion": COMPLETION, "role": "complete"}]
+    flat = train_role(tiny_model_dir, records, tmp_path / "flat", LoraTrainConfig(
+        per_device_batch_size=4, gradient_accumulation_steps=1, **common), role="complete")
+    passes = train_role(tiny_model_dir, records, tmp_path / "passes", LoraTrainConfig(
+        per_device_batch_size=1, gradient_accumulation_steps=4, **common), role="complete")
+    assert flat.tokens == passes.tokens and flat.steps == passes.steps == 1
+    a = load_file(tmp_path / "flat" / "adapter_model.safetensors")
+    b = load_file(tmp_path / "passes" / "adapter_model.safetensors")
+    assert a.keys() == b.keys()
+    for k in a:
+        torch.testing.assert_close(a[k], b[k], rtol=1e-4, atol=1e-6)
+
+
 # -- training ------------------------------------------------------------------------------------------------
 
 
@@ -471,7 +523,7 @@ def test_training_stops_where_the_loss_is_flat_and_records_the_step(tiny_model_d
     # one record repeated, no dropout, a negligible rate: the loss is the same every step, so the rule
     # (windows of 2 logged steps) stops at step 4 of the 16 planned
     same = [dict(_records(1)[0]) for _ in range(16)]
-    config = LoraTrainConfig(rank=4, dropout=0.0, learning_rate=1e-9, per_device_batch_size=1, epochs=1,
+    config = LoraTrainConfig(rank=4, dropout=0.0, learning_rate=1e-9, per_device_batch_size=1, gradient_accumulation_steps=1, epochs=1,
                              logging_steps=1, plateau_steps=2, plateau_min_drop=0.1)
     result = train_role(tiny_model_dir, same, tmp_path / "a", config, role="complete")
     assert (result.steps, result.plateau_stop_step) == (4, 4)

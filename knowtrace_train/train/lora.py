@@ -24,6 +24,7 @@ from knowtrace_train.generation.prepare import PROMPT_FORMATS
 from knowtrace_train.io import atomic_dir, iter_jsonl, write_json
 from knowtrace_train.train.config import LoraTrainConfig, gradient_accumulation_for, launched_processes
 from knowtrace_train.train.precision import resolve_precision, training_device
+from knowtrace_train.train.trainer import counting_trainer_class
 
 logger = logging.getLogger(__name__)
 
@@ -255,39 +256,6 @@ def lora_config(config: LoraTrainConfig):
 
 # ---------------------------------------------------------------------------------------------------------------
 # Training
-
-
-def counting_trainer_class():
-    """SFTTrainer that counts the non-pad tokens, the loss-carrying tokens and the positions (pad included) of
-    every batch it trains on."""
-    import torch
-    from trl import SFTTrainer
-
-    class CountingSFTTrainer(SFTTrainer):
-        def __init__(self, *args, **kwargs):
-            super().__init__(*args, **kwargs)
-            self.seen_tokens = 0
-            self.seen_completion_tokens = 0
-            self.seen_positions = 0
-
-        def training_step(self, model, inputs, num_items_in_batch=None):
-            if "attention_mask" in inputs:
-                self.seen_tokens += int(inputs["attention_mask"].sum())
-            else:  # padding-free: one flattened row, no pad tokens (pad_to_multiple_of is None)
-                self.seen_tokens += int(inputs["input_ids"].numel())
-            self.seen_completion_tokens += int((inputs["labels"] != -100).sum())
-            self.seen_positions += int(inputs["input_ids"].numel())
-            return super().training_step(model, inputs, num_items_in_batch)
-
-        def global_counts(self) -> tuple[int, int, int]:
-            """(tokens, completion tokens, positions) summed over all processes."""
-            counts = torch.tensor(
-                [self.seen_tokens, self.seen_completion_tokens, self.seen_positions], device=self.accelerator.device
-            )
-            counts = self.accelerator.reduce(counts, reduction="sum")
-            return int(counts[0]), int(counts[1]), int(counts[2])
-
-    return CountingSFTTrainer
 
 
 def loss_flattened(losses: Sequence[float], window: int, min_drop: float) -> bool:
