@@ -5,6 +5,8 @@ Phases, each in its own process so peak memory is its own:
   hf_batched  model.generate on left-padded batches (plain transformers batching; only when named:
               it took 11 minutes here)
   noshare     TransformersGenerator with prefix sharing off
+  switched    TransformersGenerator with one model whose PEFT adapters switch per role (merge_adapters false;
+              with --adapters: what `batched`, a merged copy per role on CPUs, is measured against)
   batched     TransformersGenerator as configured by default (shared prefix, batching)
   bf16        the same with bf16 weights and activations (generator.dtype: bfloat16): half the bytes read per
               decode step, which bounds small-batch decoding on CPUs; agreement with batched is printed
@@ -46,7 +48,7 @@ sys.path[:0] = [str(HERE.parent), str(HERE)]
 from bench_prompts import exploration_prompts  # noqa: E402
 
 STOP = ("\n\nQuestion:",)
-PHASES = ("reference", "hf_batched", "noshare", "batched", "bf16", "vllm", "hf_cb")
+PHASES = ("reference", "hf_batched", "noshare", "switched", "batched", "bf16", "vllm", "hf_cb")
 ROLES = ("explore", "complete")
 
 
@@ -90,7 +92,7 @@ def make_adapters(model: str, out: Path) -> None:
 
 
 def with_adapters(model, args):
-    from knowtrace_train.generation.hf import load_with_adapters
+    from knowtrace_train.generation.adapters import load_with_adapters
 
     return load_with_adapters(model, adapter_paths(args)).eval() if args.adapter_dir else model
 
@@ -201,6 +203,7 @@ def _run_generator(args, prompts, **overrides):
     }
     if hasattr(gen, "stats"):
         result["stats"] = dict(gen.stats)
+    result["merged"] = getattr(gen, "merged", None)
     if hasattr(gen, "close"):
         gen.close()
     return result
@@ -208,6 +211,11 @@ def _run_generator(args, prompts, **overrides):
 
 def phase_noshare(args, prompts):
     return _run_generator(args, prompts, share_prefix=False)
+
+
+def phase_switched(args, prompts):
+    """The batched backend with one model whose PEFT adapters are switched per role (merge_adapters false)."""
+    return _run_generator(args, prompts, merge_adapters=False)
 
 
 def phase_batched(args, prompts):
@@ -379,7 +387,12 @@ def main() -> None:
             f"{r['peak_rss_mib']:9.0f} {ident:>9}"
         )
     cb, ours = results.get("hf_cb"), results.get("batched")
-    half = results.get("bf16")
+    half, switched = results.get("bf16"), results.get("switched")
+    if switched is not None and ours is not None:
+        switched["agree"] = sum(a == b for a, b in zip(switched["texts"], ours["texts"]))
+        print(f"batched (merged copies per role: {ours.get('merged')}) vs switched adapters: {ours['tok_s']:.1f} vs "
+              f"{switched['tok_s']:.1f} tok/s, {ours['tok_s'] / switched['tok_s']:.2f}x; outputs equal on "
+              f"{switched['agree']} of {len(ours['texts'])} prompts")
     if half is not None and ours is not None:
         half["agree"] = sum(a == b for a, b in zip(half["texts"], ours["texts"]))
         print(f"bf16 vs batched (fp32): {half['tok_s']:.1f} vs {ours['tok_s']:.1f} tok/s, {half['tok_s'] / ours['tok_s']:.2f}x; "
@@ -416,6 +429,11 @@ def main() -> None:
         if ours is not None:
             summary["bf16_ratio"] = round(half["tok_s"] / ours["tok_s"], 2)
             summary["bf16_agree"] = half["agree"]
+    if switched is not None:
+        summary["switched_tok_s"] = round(switched["tok_s"], 2)
+        if ours is not None:
+            summary["merged_ratio"] = round(ours["tok_s"] / switched["tok_s"], 2)
+            summary["merged_agree"] = switched["agree"]
     if "hf_batched" in results:
         summary["hf_batched_tok_s"] = round(results["hf_batched"]["tok_s"], 2)
     if cb is not None:

@@ -238,6 +238,18 @@ def test_mixed_roles_in_one_call_equal_separate_calls(role_gen):
     assert together == apart
 
 
+def test_merged_role_copies_decode_as_the_switched_adapters_do(tiny_model_dir, adapters, role_gen):
+    """merge_adapters (the CPU default): each role on its own copy with its adapter merged in gives the greedy
+    texts PEFT's switched adapters give (fp32: the two differ only by rounding), and keeps one copy per role."""
+    with make(tiny_model_dir, adapters=adapters, base_roles=("answer",), batch_size=4, merge_adapters=False) as switched:
+        assert not switched.merged and len({id(m) for m in switched.models.values()}) == 1
+        for role in ("explore", "complete", BASE_ROLE, "answer"):
+            assert [c.text for c in role_gen.generate(requests(role))] == [c.text for c in switched.generate(requests(role))]
+    if DEVICE.type == "cpu":
+        assert role_gen.merged and len({id(m) for m in role_gen.models.values()}) == 3
+        assert not any("lora" in name for name, _ in role_gen.models["explore"].named_parameters())
+
+
 def test_adapter_active_after_base_call_is_reapplied(role_gen):
     before = role_gen.generate(requests("explore")[:2])
     role_gen.generate(requests(BASE_ROLE)[:2])

@@ -54,22 +54,26 @@ def adapter(tiny_model_dir, tmp_path_factory) -> str:
 # -- the transformers backend ---------------------------------------------------------------------
 
 
-def test_close_lets_go_of_the_model_its_adapters_and_the_stored_prefixes(tiny_model_dir, adapter):
-    g = TransformersGenerator(config(tiny_model_dir, adapters={"explore": adapter}, min_shared_prefix=8))
+@pytest.mark.parametrize("merge", [False, True], ids=["switched adapters", "merged copies"])
+def test_close_lets_go_of_the_model_its_adapters_and_the_stored_prefixes(tiny_model_dir, adapter, merge):
+    g = TransformersGenerator(config(tiny_model_dir, adapters={"explore": adapter}, min_shared_prefix=8,
+                                     merge_adapters=merge))
     assert isinstance(g, Generator)
     g.generate(requests("explore") + requests(BASE_ROLE))
     assert len(g.prefixes) > 0  # keys/values of the shared exemplars are held across calls
+    explore = g.models["explore"]
     refs = {
-        "peft model": weakref.ref(g.model),
-        "base model": weakref.ref(g.model.get_base_model()),
-        "a weight": weakref.ref(next(g.model.parameters())),
+        "the explore role's model": weakref.ref(explore),
+        "the plain model": weakref.ref(g.models[None] if merge else explore.get_base_model()),
+        "a weight": weakref.ref(next(explore.parameters())),
         "a stored prefix key": weakref.ref(next(iter(g.prefixes._items.values())).keys[0]),
     }
+    del explore
     assert all(r() is not None for r in refs.values())
     g.close()
     gc.collect()
     assert [name for name, r in refs.items() if r() is not None] == []
-    assert g.closed and g.model is None and len(g.prefixes) == 0
+    assert g.closed and g.model is None and not g.models and len(g.prefixes) == 0
 
 
 def test_close_twice_is_fine_and_generating_after_close_is_a_clear_error(tiny_model_dir):

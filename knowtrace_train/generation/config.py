@@ -47,6 +47,12 @@ class GeneratorConfig:
             "help": "mixed into every sampled request's seed (change it to redraw all samples; greedy ignores it); vllm's engine seed"
         },
     )
+    merge_adapters: bool | None = field(
+        default=None,
+        metadata={"help": "transformers: each adapter's role decodes on its own copy of the weights with the adapter merged "
+                          "in (no LoRA matmuls per step); false: one model, PEFT switches adapters; None: merged on CPUs "
+                          "(scripts/bench_generation.py --adapters measures both), switched on GPUs (a copy per role costs memory)"},
+    )
     share_prefix: bool = field(
         default=True,
         metadata={"help": "compute a prompt prefix shared by several requests (few-shot exemplars) once"},

@@ -18,12 +18,12 @@ import contextlib
 import logging
 from collections import defaultdict, deque
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Iterator, Sequence
 
 import torch
 from tqdm.auto import tqdm
 
+from knowtrace_train.generation.adapters import load_with_adapters, merge_adapters_here, merged_copy
 from knowtrace_train.generation.base import (
     Completion,
     GenerationError,
@@ -52,7 +52,7 @@ from knowtrace_train.generation.prepare import (
     option_token_ids,
 )
 
-__all__ = ["TransformersGenerator", "load_with_adapters", "check_adapter_dir"]
+__all__ = ["TransformersGenerator"]
 
 log = logging.getLogger(__name__)
 
@@ -99,27 +99,6 @@ def pick_dtype(dtype: str, device: torch.device) -> torch.dtype:
     return torch.bfloat16 if cpu_has_native_bf16() else torch.float32
 
 
-def check_adapter_dir(role: str, path: str | Path) -> Path:
-    p = Path(path).expanduser()
-    if not (p / "adapter_config.json").is_file():
-        raise GenerationError(f"adapter for role {role!r}: {p} is not a PEFT adapter folder (no adapter_config.json)")
-    return p
-
-
-def load_with_adapters(model, adapters: dict[str, str]):
-    """Wrap `model` in one PeftModel holding every role's LoRA adapter, each named after its role."""
-    if not adapters:
-        return model
-    from peft import PeftModel
-
-    items = [(role, check_adapter_dir(role, path)) for role, path in adapters.items()]
-    role, path = items[0]
-    peft_model = PeftModel.from_pretrained(model, str(path), adapter_name=role, is_trainable=False)
-    for role, path in items[1:]:
-        peft_model.load_adapter(str(path), adapter_name=role, is_trainable=False)
-    return peft_model
-
-
 class TransformersGenerator(GeneratorBase):
     """`Generator` over a transformers causal LM with optional per-role LoRA adapters.
 
@@ -143,7 +122,14 @@ class TransformersGenerator(GeneratorBase):
         self.tokenizer = tokenizer
         model = model.to(self.device).eval()
         self._use_shared_attention(model)
-        self.model = load_with_adapters(model, config.adapters).eval()
+        #: the model each adapter decodes on (None: the plain model); `model` is the one active now
+        self.merged = bool(config.adapters) and merge_adapters_here(config.merge_adapters, self.device)
+        if self.merged:
+            self.models = {None: model, **{role: merged_copy(model, role, path) for role, path in config.adapters.items()}}
+        else:
+            shared = load_with_adapters(model, config.adapters).eval()
+            self.models = {None: shared, **{role: shared for role in config.adapters}}
+        self.model = self.models[None]
         self.roles = RoleAdapters(config.adapters, config.base_roles)
         max_context = config.max_context or getattr(model.config, "max_position_embeddings", None) or 2048
         self.preparer = PromptPreparer(tokenizer, config.prompt_format, max_context, config.truncate_prompts, self.roles)
@@ -184,8 +170,10 @@ class TransformersGenerator(GeneratorBase):
 
     @contextlib.contextmanager
     def _adapter(self, adapter: str | None) -> Iterator[None]:
-        """Activate the role's adapter; for the plain model disable every adapter."""
-        if not self.config.adapters:
+        """Activate the role's adapter: its merged copy, or (switched) its PEFT adapter, every adapter
+        disabled for the plain model."""
+        self.model = self.models[adapter]
+        if not self.config.adapters or self.merged:
             yield
         elif adapter is None:
             with self.model.disable_adapter():
@@ -203,6 +191,7 @@ class TransformersGenerator(GeneratorBase):
         # the model (a PeftModel holding every adapter, around the base) and the prefix keys/values
         # computed with it; a round's KV buffers live only inside generate()
         self.model = None
+        self.models = {}
         self.prefixes.clear()
         free_memory()
 

@@ -25,7 +25,7 @@ from knowtrace_train.generation.base import (
 )
 from knowtrace_train.generation.config import GeneratorConfig
 from knowtrace_train.generation.devices import engine_visible_devices, local_rank, process_device, visible_devices
-from knowtrace_train.generation.hf import check_adapter_dir
+from knowtrace_train.generation.adapters import check_adapter_dir
 from knowtrace_train.generation.models import resolve_model
 from knowtrace_train.generation.prepare import PromptPreparer, RoleAdapters, combine_option_logprobs, option_token_ids
 
