@@ -26,8 +26,6 @@ from knowtrace_train.evaluate import (
     DatasetConfig,
     EvalConfig,
     EvalSummary,
-    QuestionScores,
-    compare_scores,
     evaluate,
     load_corpus,
     load_eval_items,
@@ -38,6 +36,7 @@ from knowtrace_train.io import atomic_write_text
 from knowtrace_train.methods import StrategyConfig
 from knowtrace_train.methods.baselines import IRCoTConfig, IterRetGenConfig, RACoTConfig, ReActConfig, SelfAskConfig
 from knowtrace_train.methods.knowtrace import KnowTraceConfig
+from knowtrace_train.pairing import QuestionScores, compare_scores
 from knowtrace_train.report import diff_cell, em_cell
 from knowtrace_train.retrieval import RetrieverConfig, check_retriever_installed
 from knowtrace_train.trajectory import read_trajectories

@@ -149,7 +149,10 @@ def _convert(value: Any, tp: Any, key: str, src: _Sources, base: Any = None) -> 
                 continue
         raise ConfigError(f"{where}: expected {_type_name(tp)}, got {parsed!r}")
     if isinstance(value, _Raw) and tp is not str:
-        value = yaml.safe_load(value) if value.strip() else ""
+        text = value
+        value = yaml.safe_load(text) if text.strip() else ""
+        if origin in (list, tuple, collections.abc.Sequence) and isinstance(value, str) and "," in text:
+            value = [yaml.safe_load(part) for part in text.split(",")]  # --seeds 0,1,2 on the command line
     if origin is typing.Literal:
         if value not in args:
             raise ConfigError(f"{where}: expected one of {list(args)}, got {value!r}")

@@ -31,7 +31,7 @@ from typing import Any, Callable, Sequence
 
 from knowtrace_train.data.schema import Passage, QAItem
 from knowtrace_train.generation import GeneratorConfig, check_generator_installed
-from knowtrace_train.io import append_jsonl, iter_jsonl
+from knowtrace_train.io import append_jsonl
 from knowtrace_train.methods import StrategyConfig, get_method
 from knowtrace_train.methods.knowtrace import KnowTraceConfig
 from knowtrace_train.metrics import (
@@ -40,7 +40,6 @@ from knowtrace_train.metrics import (
     aggregate,
     bootstrap_interval,
     em_by_kind,
-    paired_test,
     question_kind,
     score,
 )
@@ -300,66 +299,6 @@ def evidence_check(strategy: StrategyConfig) -> Callable[[Trajectory], bool | No
     """The registered method's `evidence_supported`, bound to its settings."""
     method = get_method(strategy.name)
     return lambda t: method.evidence_supported(t, strategy)
-
-
-# -- comparing two models on the same questions -------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class QuestionScores:
-    """Per-question EM and F1 of one trajectory file, in the file's order."""
-
-    source: str
-    ids: list[str]
-    em: list[float]
-    f1: list[float]
-
-
-def read_question_scores(path: str | Path) -> QuestionScores:
-    """question_id, em and f1 of every scored trajectory in a JSONL file (eval.jsonl, evaluate's
-    output); a trajectory not scored yet is scored from its prediction. Reads nothing else of the
-    records and, unlike `read_trajectories`, never touches the file."""
-    ids: list[str] = []
-    em: list[float] = []
-    f1: list[float] = []
-    for i, d in iter_jsonl(path):
-        try:
-            qid = str(d["question_id"])
-            if d.get("em") is None or d.get("f1") is None:
-                s = score(d.get("prediction"), d["answers"])
-                e, f = s["em"], s["f1"]
-            else:
-                e, f = float(d["em"]), float(d["f1"])
-        except (ValueError, KeyError, TypeError) as exc:
-            raise ValueError(f"{path}:{i}: not a scored trajectory ({exc})") from None
-        ids.append(qid)
-        em.append(e)
-        f1.append(f)
-    return QuestionScores(str(path), ids, em, f1)
-
-
-def compare_scores(a: QuestionScores, b: QuestionScores, *, seed: int = 0) -> dict[str, Any]:
-    """b against a on EM and F1 ({"n", "em", "f1"}, each a `metrics.PairedComparison` as a dict:
-    diff = b - a, its interval, the p-value; exact McNemar for EM, paired bootstrap for F1). Only
-    the same questions in the same order pair: a ValueError otherwise."""
-    if a.ids != b.ids:
-        if sorted(a.ids) == sorted(b.ids):
-            why = "the same questions in another order"
-        else:
-            why = f"other questions ({len(set(a.ids) ^ set(b.ids))} ids in one but not the other)"
-        raise ValueError(f"cannot pair {a.source} ({len(a.ids)} questions) with {b.source} ({len(b.ids)}): {why}")
-    if not a.ids:
-        raise ValueError(f"cannot pair {a.source} with {b.source}: no questions")
-    return {
-        "n": len(a.ids),
-        "em": dataclasses.asdict(paired_test(a.em, b.em, seed=seed)),
-        "f1": dataclasses.asdict(paired_test(a.f1, b.f1, seed=seed)),
-    }
-
-
-def compare_evals(a: str | Path, b: str | Path, *, seed: int = 0) -> dict[str, Any]:
-    """`compare_scores` of two trajectory files (model b against model a)."""
-    return compare_scores(read_question_scores(a), read_question_scores(b), seed=seed)
 
 
 def load_eval_items(config: EvalConfig) -> tuple[list[QAItem], list[QAItem]]:

@@ -163,6 +163,8 @@ class PairedComparison:
     test: str
     confidence: float = 0.95
     note: str | None = None
+    #: runs (seeds) pooled: `n` questions x `seeds` runs of each model (`pooled_paired_test`)
+    seeds: int = 1
 
 
 def _scores_array(values: Iterable[float], where: str) -> np.ndarray:

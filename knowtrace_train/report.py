@@ -209,6 +209,37 @@ def headline(summary: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+#: an EM interval wider than this cannot show the differences self-training makes (a few points)
+WIDE_INTERVAL = 0.3
+#: the command whose figures can (README, the headline)
+HEADLINE_COMMAND = ("python recipes/selftrain.py --config recipes/configs/selftrain_world_scale.yaml "
+                    "--data.train_questions 200 --data.dev_questions 100 --seeds 0,1,2")
+
+
+def small_dev_note(summary: dict[str, Any]) -> str | None:
+    """Words for a table whose dev set is too small for the differences it prints: where a model's 95% EM
+    interval is wider than `WIDE_INTERVAL` (or the questions are too few for one), how wide, what one question
+    is worth, and the command whose figures can tell a difference (None where every interval is narrow)."""
+    rows = [("M0", summary.get("bootstrap"))] + [(f"iteration {r['iteration']}", r) for r in summary["iterations"]]
+    ivs = [(name, r["em_interval"]) for name, r in rows if r and isinstance(r.get("em_interval"), dict)]
+    if not ivs:
+        return None
+    n = ivs[0][1].get("n")
+    widths = [(name, b[1] - b[0]) for name, iv in ivs if (b := interval_bounds(iv))]
+    wide = [(name, w) for name, w in widths if w > WIDE_INTERVAL]
+    if widths and not wide:
+        return None
+    if wide:
+        name, w = max(wide, key=lambda x: x[1])
+        why = f"{name}'s 95% EM interval is {w:.2f} wide (over {WIDE_INTERVAL})"
+    else:
+        why = "they are too few for an interval"
+    one = f"; one question is {1 / n:.3f} of EM" if n else ""
+    return (f"{n} dev questions cannot show the differences above: {why}{one}, so neither a gain nor a loss here "
+            f"means anything. Figures that can: the headline, `{HEADLINE_COMMAND}` (100 dev questions, 3 seeds, a "
+            "pooled test; README).")
+
+
 def interval_bounds(iv: dict[str, Any] | None) -> list[float] | None:
     """[low, high] of an interval dict, rounded; None without bounds."""
     return [round(iv["low"], 4), round(iv["high"], 4)] if _has_bounds(iv) else None  # type: ignore[index]
@@ -245,11 +276,7 @@ def paired_between_runs(summaries: Sequence[dict[str, Any]], *, seed: int = 0) -
     per pair and iteration: {"a", "b" (run folders), "iteration", "n", "em", "f1", "only_a", "only_b"
     (the questions only a, only b answered exactly: McNemar's discordant pairs)}, or "refused" with
     the reason where the two files do not hold the same questions or one is missing."""
-    from knowtrace_train.evaluate import QuestionScores, compare_scores, read_question_scores
-
-    def by_id(q: QuestionScores) -> QuestionScores:
-        order = sorted(range(len(q.ids)), key=q.ids.__getitem__)
-        return QuestionScores(q.source, [q.ids[i] for i in order], [q.em[i] for i in order], [q.f1[i] for i in order])
+    from knowtrace_train.pairing import compare_scores, read_question_scores
 
     out: list[dict[str, Any]] = []
     if not summaries:
@@ -260,10 +287,7 @@ def paired_between_runs(summaries: Sequence[dict[str, Any]], *, seed: int = 0) -
             row: dict[str, Any] = {"a": ref["run_dir"], "b": other["run_dir"], "iteration": z}
             fa, fb = model_eval_file(ref, z), model_eval_file(other, z)
             try:
-                qa, qb = by_id(read_question_scores(fa)), by_id(read_question_scores(fb))
-                row.update(compare_scores(qa, qb, seed=seed))
-                row["only_a"] = sum(1 for x, y in zip(qa.em, qb.em) if x > y)  # EM right in a alone
-                row["only_b"] = sum(1 for x, y in zip(qa.em, qb.em) if y > x)
+                row.update(compare_scores(read_question_scores(fa), read_question_scores(fb), seed=seed))
             except (OSError, ValueError) as e:
                 row["refused"] = str(e)
             out.append(row)

@@ -14,6 +14,9 @@ the FA ratio of every iteration and the seconds per phase. A config with a `grid
 search over epochs, batch size and learning rate) runs every combination in <run folder>/<point>
 and prints one such object per point, then picks the point with the best final dev EM and, where
 data.test is set, evaluates its final model on the held-out test questions (grid.json in the run folder).
+`--seeds 0,1,2` runs the config once per seed in <run folder>/seed_<s> and prints the across-seed table
+(mean dev EM per iteration, each seed's, the pooled paired test against M0); the last line is then one
+object with every seed's line and the table.
 """
 
 from __future__ import annotations
@@ -34,7 +37,8 @@ from knowtrace_train.config import (  # noqa: E402
     read_yaml,
     run_recipe,
 )
-from knowtrace_train.report import headline, table_header, table_row  # noqa: E402
+from knowtrace_train.report import headline, small_dev_note, table_header, table_row  # noqa: E402
+from knowtrace_train.report_html import write_report  # noqa: E402
 from knowtrace_train.selftrain import SelfTrain  # noqa: E402
 from knowtrace_train.selftrain.config import SelfTrainConfig  # noqa: E402
 from knowtrace_train.selftrain.grid import GRID_FILE, evaluate_on_test, finish_grid  # noqa: E402
@@ -85,6 +89,11 @@ def run_one(config: SelfTrainConfig, quiet: bool) -> dict:
     if run.procs.is_main:
         print(f"wall time {time.perf_counter() - t0:.0f}s this invocation; stage seconds: "
               + ", ".join(f"{k} {v:.0f}" for k, v in summary["seconds"].items()), flush=True)
+        note = small_dev_note(summary)
+        if note:
+            print(f"note: {note}", flush=True)
+        report = write_report([run.run_dir], run.run_dir / "report.html")
+        print(f"report: {report['report']} (the run view and every dev question's traced graph)", flush=True)
     return headline(summary)
 
 
@@ -100,7 +109,28 @@ def run(config: SelfTrainConfig, args: RecipeArgs) -> int:
     return 0
 
 
+def run_seeds(config: SelfTrainConfig, args: RecipeArgs) -> dict:
+    """One run per seed in <run folder>/seed_<s> (a finished seed is skipped, a killed one resumed), then the
+    across-seed table of the arm (knowtrace_train/arms.py)."""
+    from knowtrace_train.arms import arms_table, compare_arms, group_arms
+    from knowtrace_train.report import load_run
+
+    if config.grid:
+        raise ConfigError(f"{args.config or 'defaults'}: seeds and grid together: run the grid point you chose over seeds")
+    root = Path(config.output_dir or Path("runs") / config.name)
+    lines = []
+    for s in config.seeds:
+        sub = load(args.config, [*args.overrides, "--seeds=[]", "--seed", str(s), "--output_dir", str(root / f"seed_{s}")])
+        lines.append({"seed": s, **run_one(sub, args.quiet)})
+    result = compare_arms(group_arms([load_run(root / f"seed_{s}") for s in config.seeds]))
+    if int(os.environ.get("RANK", "0")) == 0:
+        print(arms_table(result), flush=True)
+    return {"run_dir": str(root), "seeds": lines, "arms": result["arms"]}
+
+
 def run_all(config: SelfTrainConfig, args: RecipeArgs) -> dict:
+    if config.seeds:
+        return run_seeds(config, args)
     if not config.grid:
         line = run_one(config, args.quiet)
         if config.data.test and int(os.environ.get("RANK", "0")) == 0:

@@ -11,6 +11,18 @@ evidence-supported EM. With two or more runs, each later run is compared with th
 model, on the same dev questions (matched by id): the EM difference, its paired 95% interval, the
 exact McNemar p-value and the questions only one run answered. The last line printed is one JSON
 object (with those comparisons under "between").
+
+Several runs of one mode are the seeds of one arm (`recipes/selftrain.py --seeds 0,1,2` writes them as
+RUN/seed_<s>):
+
+    python scripts/compare_runs.py runs/scale_bt/seed_* runs/scale_star/seed_* --out runs/scale_seeds.png
+
+Then it prints, per arm and model, the mean dev EM over the seeds with its 95% interval, each seed's EM and the
+pooled paired test against M0; and each arm against the first on the seeds both ran (knowtrace_train/arms.py:
+questions are the unit, a bootstrap over questions for the interval and a sign-flip permutation test over
+questions for the p-value). The figure draws every seed as a thin line and the mean with its interval as a
+thick one. An arm's runs must share their config but for the seed (a run of other settings is refused, the
+differing keys named); a run that has not finished is listed and left out.
 """
 
 from __future__ import annotations
@@ -22,6 +34,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
+from knowtrace_train.arms import arms_table, compare_arms, group_arms, plot_arms  # noqa: E402
 from knowtrace_train.errors import MissingExtraError, user_errors  # noqa: E402
 from knowtrace_train.report import (  # noqa: E402
     between_runs_table,
@@ -46,6 +59,9 @@ def main(argv: list[str] | None = None) -> int:
     except (FileNotFoundError, json.JSONDecodeError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    arms = group_arms(summaries)
+    if any(len(arm.runs) + len(arm.incomplete) > 1 for arm in arms):
+        return compare_seeds(arms, args)
     print(comparison_table(summaries))
     between = paired_between_runs(summaries)
     if between:
@@ -62,6 +78,19 @@ def main(argv: list[str] | None = None) -> int:
         runs.append({"run_dir": s["run_dir"], "mode": s["mode"], "em": dict(zip(ex, ey)),
                      "em_interval": dict(zip(ex, em_intervals(s))), "fa_ratio": dict(zip(fx, fy))})
     print(json.dumps({"figure": figure, "runs": runs, "between": between}))
+    return 0
+
+
+def compare_seeds(arms, args) -> int:
+    """Several runs (seeds) per arm: the across-seed table, the pooled tests and the figure of every seed."""
+    result = compare_arms(arms)
+    print(arms_table(result))
+    try:
+        figure = str(plot_arms(result, args.out, args.title))
+    except MissingExtraError as e:  # the table above is printed: only the figure is missing
+        print(f"{e.label}: {e} (no figure; the table stands)", file=sys.stderr)
+        figure = None
+    print(json.dumps({"figure": figure, **result}))
     return 0
 
 

@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from knowtrace_train.data.loaders import load_items  # noqa: E402
 from knowtrace_train.errors import user_errors  # noqa: E402
-from knowtrace_train.evaluate import compare_scores, read_question_scores  # noqa: E402
+from knowtrace_train.pairing import compare_scores, read_question_scores  # noqa: E402
 from knowtrace_train.metrics import bootstrap_interval, em_by_kind, format_interval, question_kind  # noqa: E402
 from knowtrace_train.trajectory import read_trajectories  # noqa: E402
 

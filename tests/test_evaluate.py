@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -11,19 +12,17 @@ import pytest
 
 from knowtrace_train.evaluate import (
     EvalConfig,
-    compare_evals,
-    compare_scores,
     evaluate,
     evidence_check,
     format_summary,
     load_eval_config,
-    read_question_scores,
     summarize,
 )
 from knowtrace_train.io import DataFileError, write_jsonl
 from knowtrace_train.methods import Method
 from knowtrace_train.methods.knowtrace import KnowTraceConfig, KnowTraceMethod
 from knowtrace_train.metrics import bootstrap_interval, em_by_kind, paired_test
+from knowtrace_train.pairing import compare_evals, compare_scores, read_question_scores
 from knowtrace_train.trajectory import Trajectory, read_trajectories
 
 from backtrace_fixtures import ANSWER, PAIR_SCHOOL, PAIR_WHERE, QUESTION, T_EDUCATED, T_LOCATED, Engine, appendix_f
@@ -265,12 +264,20 @@ def test_compare_evals_is_the_paired_test_of_the_two_files(tmp_path):
     assert read_question_scores(tmp_path / "a2.jsonl").em == em_a
 
 
-def test_files_of_other_questions_are_not_paired(tmp_path):
+def test_files_of_the_same_questions_pair_by_id_and_others_are_refused(tmp_path):
     trajs, _ = _dev(24)
     a = read_question_scores(_write_scored(tmp_path / "a.jsonl", trajs))
     shuffled = read_question_scores(_write_scored(tmp_path / "b.jsonl", trajs[1:] + trajs[:1]))
-    with pytest.raises(ValueError, match="another order"):
-        compare_scores(a, shuffled)
+    # the same questions in another order: matched by id, so a file paired with itself reordered differs by nothing
+    same = compare_scores(a, shuffled)
+    assert same["n"] == 24 and same["em"]["diff"] == 0 and same["only_a"] == same["only_b"] == 0
+    assert trajs[0].prediction == "Paris"  # q0 is right in a; wrong in d, whose questions come in reverse order
+    wrong_q0 = [dataclasses.replace(trajs[0], prediction="Lyon"), *trajs[1:]]
+    diff = compare_scores(a, read_question_scores(_write_scored(tmp_path / "d.jsonl", wrong_q0[::-1])))
+    assert (diff["only_a"], diff["only_b"]) == (1, 0) and diff["em"]["diff"] == pytest.approx(-1 / 24)
+    twice = read_question_scores(_write_scored(tmp_path / "e.jsonl", trajs + trajs[:1]))
+    with pytest.raises(ValueError, match="appear more than once"):
+        compare_scores(a, twice)
     other = read_question_scores(_write_scored(tmp_path / "c.jsonl", trajs[:-1] + [_scored(99, "Paris")]))
     with pytest.raises(ValueError, match=r"other questions \(2 ids"):
         compare_scores(a, other)

@@ -17,11 +17,13 @@ from knowtrace_train.metrics import (
     f1,
     f1_precision_recall,
     format_interval,
+    mcnemar_p_value,
     normalize_answer,
     paired_test,
     question_kind,
     score,
 )
+from knowtrace_train.pairing import pooled_paired_test, sign_flip_p_value
 
 
 @pytest.mark.parametrize(
@@ -307,3 +309,56 @@ def test_em_by_kind_groups_and_intervals():
     assert out["unknown"].mean == 0.0 and out["unknown"].n == 2 and out["unknown"].low is None
     with pytest.raises(ValueError, match="3 scores.*2 kinds"):
         em_by_kind([1.0, 0.0, 1.0], ["bridge", "bridge"])
+
+
+# -- several seeds: the pooled paired test -----------------------------------------------------------------
+
+
+def test_pooled_test_on_a_hand_computed_table():
+    """Two seeds, four questions. Per-question differences (mean over the seeds of b - a): q1 1, q2 0.5,
+    q3 -0.5, q4 0. The sign-flip test enumerates the 2^3 sign assignments of the three non-zero ones:
+    |sum| over them is 2, 1, 1, 0, 0, 1, 1, 2 (observed 1), so p = 6/8."""
+    a = [[0, 0, 1, 1], [0, 1, 0, 1]]
+    b = [[1, 1, 0, 1], [1, 1, 0, 1]]
+    r = pooled_paired_test(a, b)
+    assert (r.n, r.seeds, r.test) == (4, 2, "sign_flip_over_questions")
+    assert r.diff == pytest.approx(0.25) and r.mean_a == pytest.approx(0.5) and r.mean_b == pytest.approx(0.75)
+    assert r.p_value == pytest.approx(6 / 8)
+    assert r.low is None and r.note  # 4 questions: no interval
+
+
+def test_pooled_test_with_one_seed_is_exact_mcnemar():
+    a = [[1, 0, 0, 0, 1, 1, 0, 0, 1, 0] * 3]
+    b = [[0, 1, 1, 1, 1, 1, 1, 0, 1, 1] * 3]
+    r = pooled_paired_test(a, b)
+    only_a = sum(x > y for x, y in zip(a[0], b[0]))
+    only_b = sum(y > x for x, y in zip(a[0], b[0]))
+    assert (only_a, only_b) == (3, 15)
+    assert r.p_value == pytest.approx(mcnemar_p_value(only_a, only_b))
+    assert r.p_value == pytest.approx(paired_test(a[0], b[0]).p_value)
+    assert r.low is not None and r.low <= r.diff <= r.high
+
+
+def test_a_question_repeated_over_seeds_is_one_unit_not_several():
+    """The same 5 questions gained in 4 seeds: pooled McNemar on the 20 (seed, question) pairs would say
+    p = 2 * 0.5^20; the questions are 5, so the sign-flip test says 2 * 0.5^5."""
+    a = [[0] * 5 + [1] * 20 for _ in range(4)]
+    b = [[1] * 5 + [1] * 20 for _ in range(4)]
+    r = pooled_paired_test(a, b)
+    assert r.p_value == pytest.approx(2 / 2**5) and r.diff == pytest.approx(5 / 25)
+
+
+def test_sign_flip_exact_sampled_and_enumerated_agree():
+    d = [1.0] * 14 + [-1.0] * 6  # 20 non-zero: McNemar(6, 14) exactly on the lattice, sampled without it
+    assert sign_flip_p_value(d, lattice=1) == pytest.approx(mcnemar_p_value(6, 14))
+    assert sign_flip_p_value(d, resamples=20_000) == pytest.approx(mcnemar_p_value(6, 14), abs=0.01)
+    thirds = [1 / 3, 2 / 3, -1 / 3, 1.0, 2 / 3, -2 / 3, 1 / 3]  # three seeds: the lattice's answer is the enumeration's
+    assert sign_flip_p_value(thirds, lattice=3) == pytest.approx(sign_flip_p_value(thirds))
+    assert sign_flip_p_value([0.0, 0.0]) == 1.0
+
+
+def test_pooled_test_refuses_unequal_tables():
+    with pytest.raises(ValueError, match="same seeds"):
+        pooled_paired_test([[1, 0]], [[1, 0], [0, 1]])
+    with pytest.raises(ValueError, match="same 2 questions"):
+        pooled_paired_test([[1, 0]], [[1, 0, 1]])

@@ -219,3 +219,19 @@ def test_runs_over_other_questions_are_not_paired(tmp_path):
     (b / "iter_0" / "eval.jsonl").unlink()
     rows = paired_between_runs([load_run(a), load_run(b)])
     assert "eval.jsonl" in rows[0]["refused"]
+
+
+def test_small_dev_note_says_when_the_dev_set_cannot_show_a_difference():
+    from knowtrace_train.report import HEADLINE_COMMAND, small_dev_note
+
+    def iv(low, high, n):
+        return {"mean": (low + high) / 2, "low": low, "high": high, "n": n}
+
+    wide = {"bootstrap": {"em_interval": iv(0.08, 0.42, 24)}, "iterations": [{"iteration": 1, "em_interval": iv(0.1, 0.3, 24)}]}
+    note = small_dev_note(wide)
+    assert note.startswith("24 dev questions cannot show the differences above: M0's 95% EM interval is 0.34 wide")
+    assert "one question is 0.042 of EM" in note and HEADLINE_COMMAND in note
+    narrow = {"bootstrap": {"em_interval": iv(0.2, 0.4, 200)}, "iterations": [{"iteration": 1, "em_interval": iv(0.15, 0.33, 200)}]}
+    assert small_dev_note(narrow) is None
+    few = {"bootstrap": {"em_interval": {"mean": 0.5, "low": None, "high": None, "n": 8}}, "iterations": []}
+    assert "8 dev questions cannot show the differences above: they are too few for an interval" in small_dev_note(few)

@@ -278,8 +278,8 @@ def test_loop_two_iterations_on_the_tiny_model(tmp_path, tiny_model_dir):
 
 
 def test_eval_files_of_other_questions_are_not_paired(tmp_path, caplog):
-    """The loop's paired tests read two eval.jsonl files; files of other questions are refused (and
-    said so in the metrics), a model without an evaluation is not compared."""
+    """The loop's paired tests read two eval.jsonl files, matching questions by id; files of other questions
+    are refused (and said so in the metrics), a model without an evaluation is not compared."""
     from knowtrace_train.io import write_jsonl
     from knowtrace_train.selftrain.models import ModelState
 
@@ -287,8 +287,10 @@ def test_eval_files_of_other_questions_are_not_paired(tmp_path, caplog):
     row = {"answers": ["x"], "prediction": "x", "em": 1.0, "f1": 1.0}
     write_jsonl(tmp_path / "iter_0" / "eval.jsonl", [{**row, "question_id": f"q{i}"} for i in range(3)])
     write_jsonl(tmp_path / "iter_1" / "eval.jsonl", [{**row, "question_id": f"q{i}"} for i in (0, 2, 1)])
+    assert run._compare("M0", tmp_path / "iter_0", tmp_path / "iter_1")["n"] == 3  # another order: paired by id
+    write_jsonl(tmp_path / "iter_1" / "eval.jsonl", [{**row, "question_id": f"q{i}"} for i in (0, 2, 5)])
     out = run._compare("M0", tmp_path / "iter_0", tmp_path / "iter_1")
-    assert out["model"] == "M0" and "another order" in out["refused"] and "em" not in out
+    assert out["model"] == "M0" and "other questions" in out["refused"] and "em" not in out
     assert "no paired test of iter_1 against M0" in caplog.text
     assert table_row({"iteration": 1, "eval": {"em": 1.0}, "vs_m0": out}).split()[-1] == "-"
     assert run._compare("M0", tmp_path / "iter_0", tmp_path / "iter_2") is None

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from knowtrace_train.config import load_config
+from knowtrace_train.config import ConfigError, load_config
 from knowtrace_train.selftrain import SelfTrain
 from knowtrace_train.selftrain.config import SelfTrainConfig
 from knowtrace_train.selftrain.reuse import KEY_FILE, ReuseCache
@@ -401,3 +401,43 @@ def test_two_processes_store_and_reuse_through_the_main_process(tmp_path, tiny_m
     assert (base_eval / "eval.jsonl").read_bytes() == (d / "base/eval.jsonl").read_bytes()
     assert json.loads((d / "iter_1/metrics.json").read_text())["status"] == "trained"
     assert not list(d.rglob(".*.tmp*")) and not list(d.rglob("*.parts")) and not list(cache.rglob(".*"))
+
+
+# -- seeds ----------------------------------------------------------------------------------------------
+
+
+def test_seeds_run_a_folder_each_then_the_arm_table(tmp_path, tiny_model_dir, cache, calls, monkeypatch, capsys):
+    """--seeds 0,1: one run per seed in <run folder>/seed_<s>, each with its report and the small-dev-set note;
+    the seeds share what no seed draws (the raw base's evaluation) and each trains its own M0; the last
+    line holds the across-seed table of the arm."""
+    import importlib.util
+
+    from knowtrace_train.config import RecipeArgs
+
+    spec = importlib.util.spec_from_file_location("selftrain_recipe", REPO / "recipes" / "selftrain.py")
+    recipe = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(recipe)
+
+    class OracleRun(SelfTrain):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.make_generator = oracle_factory(self)
+
+    monkeypatch.setattr(recipe, "SelfTrain", OracleRun)
+    root = tmp_path / "seeds"
+    overrides = tiny_overrides(tmp_path, tiny_model_dir, reuse=True, iterations=1, output_dir=str(root), seeds="0,1")
+    line = recipe.run_all(recipe.load(None, overrides), RecipeArgs(config=None, quiet=True, overrides=overrides))
+    out = capsys.readouterr().out
+    s0, s1 = root / "seed_0", root / "seed_1"
+    assert [x["seed"] for x in line["seeds"]] == [0, 1] and line["arms"][0]["seeds"] == [0, 1]
+    for d in (s0, s1):
+        assert (d / "summary.json").is_file() and (d / "report.html").is_file()
+        assert f"report: {d / 'report.html'}" in out
+    assert out.count("note: 4 dev questions cannot show the differences above: they are too few for an interval") == 2
+    assert "arm backtrace: seeds [0, 1]" in out
+    assert "reused_from" in _done(s1 / "base", "eval")  # the raw base is the same model in every seed
+    assert "reused_from" not in _done(s1 / "iter_0", "train_bootstrap")  # each seed trains its own M0
+    assert sorted(p.parent.name for p in calls["merge"]) == ["iter_0", "iter_0"]
+    with pytest.raises(ConfigError, match="seeds and grid together"):
+        recipe.run_all(recipe.load(None, [*overrides, "--grid", '{"train.epochs": [1, 2]}']),
+                       RecipeArgs(config=None, quiet=True, overrides=overrides))

@@ -146,7 +146,13 @@ class SelfTrainConfig:
         metadata={"help": "torch CPU threads of each process (None: this machine's cores shared among its processes)"},
     )
     seed: int = field(
-        default=0, metadata={"help": "seed of LoRA training: each adapter's seed derives from it (train.seed, bootstrap.train.seed unused)"}
+        default=0, metadata={"help": "seed of LoRA training, the bootstrap's and every iteration's: each adapter's "
+                                     "initialisation and record order derive from it (train.seed, bootstrap.train.seed unused)"}
+    )
+    seeds: list[int] = field(
+        default_factory=list,
+        metadata={"help": "repeat the run once per seed, each in <run folder>/seed_<s> (`--seeds 0,1,2`), then print "
+                          "the across-seed table (scripts/compare_runs.py); []: one run with `seed`"},
     )
     data: DataConfig = field(default_factory=DataConfig, metadata={"help": "the questions and the corpus"})
     retriever: RetrieverConfig = field(default_factory=RetrieverConfig, metadata={"help": "how passages are retrieved"})

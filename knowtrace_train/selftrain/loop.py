@@ -45,9 +45,10 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from knowtrace_train.data.schema import Passage, QAItem
-from knowtrace_train.evaluate import EvalConfig, compare_evals, evidence_check, load_corpus, summarize
+from knowtrace_train.evaluate import EvalConfig, evidence_check, load_corpus, summarize
 from knowtrace_train.io import write_json, write_jsonl
 from knowtrace_train.methods import Method, StrategyConfig, get_method
+from knowtrace_train.pairing import compare_evals
 from knowtrace_train.metrics import question_kind
 from knowtrace_train.selftrain.bootstrap import Bootstrap
 from knowtrace_train.selftrain.config import SelfTrainConfig

@@ -1,0 +1,225 @@
+"""Self-training runs as arms of a comparison: one arm per mode, one run per seed; the across-seed table, the
+pooled paired tests (each iteration against M0, and between arms) and the figure with every seed and the mean.
+
+A seed (`SelfTrainConfig.seed`) draws the LoRA initialisation and record order of the bootstrap and of every
+iteration's adapters (`strategy.seed` draws the sampling, which the greedy default does not use); the
+questions (`data.seed`) stay the same, so every seed and arm is scored on the same dev questions and the
+tests pair them by id. Runs of one arm may differ only in `ARM_FREE_KEYS`; a run that has not finished every
+iteration it planned is listed as incomplete and left out of the means and tests.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+from knowtrace_train.config import ConfigError, read_yaml
+from knowtrace_train.metrics import bootstrap_interval
+from knowtrace_train.pairing import by_id, pooled_paired_test, read_question_scores
+from knowtrace_train.report import model_eval_file, p_text, series
+
+#: config keys the runs of one arm may differ in: the seed, where and under which name they ran, how many
+#: threads and whether stages were taken from the reuse cache
+ARM_FREE_KEYS = frozenset({"seed", "seeds", "output_dir", "name", "threads", "reuse"})
+
+
+@dataclass
+class Arm:
+    """The runs of one mode: `runs` finished every planned iteration; `incomplete` did not (with why)."""
+
+    mode: str
+    runs: list[dict[str, Any]] = field(default_factory=list)
+    incomplete: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def seeds(self) -> list[int]:
+        return [run_seed(s) for s in self.runs]
+
+
+def flat_config(run_dir: str | Path) -> dict[str, Any]:
+    """A run's config.yaml as dotted keys (its `launch` record left out)."""
+    def walk(d: Any, prefix: str = "") -> dict[str, Any]:
+        if isinstance(d, dict):
+            out: dict[str, Any] = {}
+            for k, v in d.items():
+                out.update(walk(v, f"{prefix}{k}."))
+            return out
+        return {prefix[:-1]: d}
+
+    data = read_yaml(Path(run_dir) / "config.yaml")
+    data.pop("launch", None)
+    return walk(data)
+
+
+def run_seed(summary: dict[str, Any]) -> int:
+    return int(flat_config(summary["run_dir"]).get("seed", 0))
+
+
+def config_differences(a: dict[str, Any], b: dict[str, Any], free: frozenset[str]) -> list[str]:
+    """`key (a vs b)` for every dotted key whose value differs, the `free` keys (and their sub-keys) aside."""
+    keys = sorted(k for k in set(a) | set(b) if k.split(".")[0] not in free and a.get(k) != b.get(k))
+    return [f"{k} ({a.get(k)!r} vs {b.get(k)!r})" for k in keys]
+
+
+def finished(summary: dict[str, Any]) -> str | None:
+    """None where the run evaluated M0 and every iteration it planned; else why not."""
+    em_x = series(summary)[0]
+    planned = int(summary.get("iterations_planned") or 0)
+    missing = [z for z in range(planned + 1) if z not in em_x]
+    if missing:
+        return f"no dev evaluation of model(s) {missing} (planned iterations 1..{planned})"
+    return None
+
+
+def group_arms(summaries: Sequence[dict[str, Any]]) -> list[Arm]:
+    """The runs grouped by mode (in the order given). Runs of one arm whose configs differ in anything but
+    `ARM_FREE_KEYS` are a ConfigError naming the keys; incomplete runs are set aside in `Arm.incomplete`."""
+    arms: dict[str, Arm] = {}
+    first: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {}
+    for s in summaries:
+        mode = str(s.get("mode"))
+        cfg = flat_config(s["run_dir"])
+        if mode in first:
+            ref_summary, ref_cfg = first[mode]
+            diff = config_differences(ref_cfg, cfg, ARM_FREE_KEYS)
+            if diff:
+                raise ConfigError(f"{s['run_dir']} and {ref_summary['run_dir']} are one arm (mode {mode}) but their "
+                                  f"configs differ in {', '.join(diff)}: an arm's runs may differ only in "
+                                  f"{', '.join(sorted(ARM_FREE_KEYS))}")
+        else:
+            first[mode] = (s, cfg)
+        arm = arms.setdefault(mode, Arm(mode))
+        why = finished(s)
+        if why is None:
+            arm.runs.append(s)
+        else:
+            arm.incomplete.append({"run_dir": s["run_dir"], "seed": int(cfg.get("seed", 0)), "why": why})
+    for arm in arms.values():
+        seeds = arm.seeds
+        if len(set(seeds)) != len(seeds):
+            raise ConfigError(f"arm {arm.mode} has two runs of one seed ({sorted(seeds)}): each seed once")
+    return list(arms.values())
+
+
+def _em_table(summaries: Sequence[dict[str, Any]], z: int) -> tuple[list[str], list[list[float]]]:
+    """(question ids, EM per run in id order) of model z in every run; other questions in any run: ValueError."""
+    ids: list[str] | None = None
+    rows = []
+    for s in summaries:
+        q = by_id(read_question_scores(model_eval_file(s, z)))
+        if ids is not None and q.ids != ids:
+            raise ConfigError(f"{model_eval_file(s, z)} holds other dev questions than {model_eval_file(summaries[0], z)}: "
+                              "the runs of a comparison must score the same questions (the same data settings)")
+        ids = q.ids
+        rows.append(q.em)
+    return ids or [], rows
+
+
+def compare_arms(arms: Sequence[Arm], *, seed: int = 0) -> dict[str, Any]:
+    """Per arm and model (0 = M0, then each iteration): the seeds' EM, their mean with an interval (bootstrap over
+    questions of each question's mean EM over the seeds), the pooled paired test against M0; and each later arm
+    against the first on the seeds both ran, model by model (`metrics.pooled_paired_test`)."""
+    out: dict[str, Any] = {"arms": [], "between": []}
+    for arm in arms:
+        rows = []
+        if arm.runs:
+            planned = max(int(s.get("iterations_planned") or 0) for s in arm.runs)
+            for z in range(planned + 1):
+                ids, em = _em_table(arm.runs, z)
+                per_question = [sum(col) / len(col) for col in zip(*em)]
+                iv = bootstrap_interval(per_question, seed=seed)
+                row = {"iteration": z, "n": len(ids), "em_mean": iv.mean,
+                       "em_interval": None if iv.low is None else [iv.low, iv.high],
+                       "em_by_seed": {str(sd): sum(e) / len(e) for sd, e in zip(arm.seeds, em)}}
+                if z > 0:
+                    row["vs_m0"] = dataclasses.asdict(pooled_paired_test(_em_table(arm.runs, 0)[1], em, seed=seed))
+                rows.append(row)
+        out["arms"].append({"mode": arm.mode, "seeds": arm.seeds, "incomplete": arm.incomplete, "models": rows})
+    ref = arms[0] if arms else None
+    for other in arms[1:]:
+        common = sorted(set(ref.seeds) & set(other.seeds))
+        a_runs = [s for s in ref.runs if run_seed(s) in common]
+        b_runs = [s for s in other.runs if run_seed(s) in common]
+        a_runs.sort(key=run_seed)
+        b_runs.sort(key=run_seed)
+        if not common:
+            out["between"].append({"a": ref.mode, "b": other.mode, "refused": "no seed finished in both arms"})
+            continue
+        planned = min(max(int(s.get("iterations_planned") or 0) for s in runs) for runs in (a_runs, b_runs))
+        for z in range(planned + 1):
+            ids_a, em_a = _em_table(a_runs, z)
+            ids_b, em_b = _em_table(b_runs, z)
+            if ids_a != ids_b:
+                raise ConfigError(f"arms {ref.mode} and {other.mode} scored other dev questions at model {z}")
+            out["between"].append({"a": ref.mode, "b": other.mode, "iteration": z,
+                                   **dataclasses.asdict(pooled_paired_test(em_a, em_b, seed=seed)), "seeds": common})
+    return out
+
+
+def _ci(low: float | None, high: float | None, signed: bool = False) -> str:
+    if low is None or high is None:
+        return ""
+    f = "+.3f" if signed else ".3f"
+    return f" [{low:{f}}, {high:{f}}]"
+
+
+def arms_table(result: dict[str, Any]) -> str:
+    """`compare_arms` as text: per arm and model the mean dev EM over the seeds with its interval, each seed's
+    EM and the pooled test against M0; then the arms against the first."""
+    lines = []
+    for arm in result["arms"]:
+        lines.append(f"arm {arm['mode']}: seeds {arm['seeds']}" + (
+            "; incomplete, left out: " + "; ".join(f"seed {r['seed']} ({r['run_dir']}: {r['why']})" for r in arm["incomplete"])
+            if arm["incomplete"] else ""))
+        lines.append(f"  {'model':6} {'n':>4}  {'mean EM [95% CI]':22}  {'EM per seed':30} {'vs M0, pooled [95% CI]':26} {'sign-flip':>9}")
+        for row in arm["models"]:
+            iv = row["em_interval"] or [None, None]
+            per_seed = ", ".join(f"{sd}: {em:.3f}" for sd, em in row["em_by_seed"].items())
+            cmp = row.get("vs_m0")
+            vs = f"{cmp['diff']:+.3f}{_ci(cmp['low'], cmp['high'], True)}" if cmp else ""
+            p = p_text(cmp["p_value"]) if cmp else ""
+            name = "M0" if row["iteration"] == 0 else f"M{row['iteration']}"
+            mean = f"{row['em_mean']:.3f}{_ci(*iv)}"
+            lines.append(f"  {name:6} {row['n']:>4}  {mean:22}  {per_seed:30} {vs:26} {p:>9}")
+    for r in result["between"]:
+        if "refused" in r:
+            lines.append(f"{r['b']} - {r['a']}: not compared ({r['refused']})")
+            continue
+        name = "M0" if r["iteration"] == 0 else f"M{r['iteration']}"
+        lines.append(f"{r['b']} - {r['a']} at {name} over seeds {r['seeds']} x {r['n']} questions: "
+                     f"{r['diff']:+.3f}{_ci(r['low'], r['high'], True)}, sign-flip {p_text(r['p_value'])}")
+    return "\n".join(lines)
+
+
+def plot_arms(result: dict[str, Any], out: str | Path, title: str = "") -> Path:
+    """Dev EM per model for each arm: every seed a thin line, the mean over the seeds a thick one with its 95%
+    interval (bootstrap over questions)."""
+    from knowtrace_train.errors import import_extra
+
+    import_extra("matplotlib", "plot", "a figure (--out FILE.png)").use("Agg")
+    plt = import_extra("matplotlib.pyplot", "plot", "a figure (--out FILE.png)")
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for i, arm in enumerate(result["arms"]):
+        color = f"C{i}"
+        xs = [r["iteration"] for r in arm["models"]]
+        for sd in arm["seeds"]:
+            ax.plot(xs, [r["em_by_seed"][str(sd)] for r in arm["models"]], color=color, lw=0.8, alpha=0.45)
+        means = [r["em_mean"] for r in arm["models"]]
+        lows = [m - (r["em_interval"] or [m, m])[0] for m, r in zip(means, arm["models"])]
+        highs = [(r["em_interval"] or [m, m])[1] - m for m, r in zip(means, arm["models"])]
+        ax.errorbar(xs, means, yerr=[lows, highs], color=color, lw=2.5, capsize=4,
+                    label=f"{arm['mode']}: mean of {len(arm['seeds'])} seeds")
+    ax.set_xlabel("iteration (0 = M0)")
+    ax.set_ylabel("dev EM")
+    ax.set_xticks(sorted({r["iteration"] for arm in result["arms"] for r in arm["models"]}))
+    ax.legend()
+    if title:
+        ax.set_title(title)
+    fig.tight_layout()
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+    return out

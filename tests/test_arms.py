@@ -1,0 +1,113 @@
+"""Runs as arms over seeds: grouping and its refusals, incomplete seeds, the across-seed table and pooled tests."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from knowtrace_train.arms import compare_arms, group_arms
+from knowtrace_train.config import ConfigError
+from knowtrace_train.report import load_run
+
+REPO = Path(__file__).resolve().parents[1]
+IDS = [f"q{i:02d}" for i in range(24)]
+
+
+def run_folder(root: Path, name: str, mode: str, seed: int, evals: dict[int, list[float]], planned: int = 2,
+               **config) -> Path:
+    """A run folder as compare_runs reads it: config.yaml, summary.json, each model's eval.jsonl (M0 in iter_0);
+    evals[z][i] is the EM of question IDS[i], written in reverse order (pairing is by id)."""
+    d = root / name
+    for z, ems in evals.items():
+        (d / f"iter_{z}").mkdir(parents=True)
+        rows = [{"question_id": q, "answers": ["x"], "prediction": "x" if e else "y", "em": e, "f1": e}
+                for q, e in zip(IDS, ems)]
+        (d / f"iter_{z}" / "eval.jsonl").write_text("".join(json.dumps(r) + "\n" for r in reversed(rows)))
+    cfg = {"name": name, "output_dir": str(d), "iterations": planned, "mode": mode, "seed": seed, "threads": 1,
+           "data": {"train_questions": 200, "dev_questions": 24, "seed": 0}, "train": {"epochs": 1.0}}
+    for key, value in config.items():
+        section, _, leaf = key.partition(".")
+        cfg.setdefault(section, {})[leaf] = value
+    cfg["launch"] = {"processes": 1}
+    (d / "config.yaml").write_text(yaml.safe_dump(cfg))
+    mean = {z: sum(e) / len(e) for z, e in evals.items()}
+    summary = {"run_dir": str(d), "name": name, "mode": mode, "iterations_planned": planned,
+               "bootstrap": {"em": mean[0]},
+               "iterations": [{"iteration": z, "em": mean[z]} for z in sorted(evals) if z > 0]}
+    (d / "summary.json").write_text(json.dumps(summary))
+    return d
+
+
+def ems(right: range | list[int]) -> list[float]:
+    return [1.0 if i in right else 0.0 for i in range(len(IDS))]
+
+
+@pytest.fixture
+def two_arms(tmp_path):
+    """Backtracing and STaR over seeds 0 and 1: M0 right on q00-q05 in both seeds; backtracing gains q06-q09
+    at iteration 2 in both seeds, STaR gains q06 in seed 0 only."""
+    runs = []
+    for seed in (0, 1):
+        runs.append(run_folder(tmp_path, f"bt_{seed}", "backtrace", seed,
+                               {0: ems(range(6)), 1: ems(range(7)), 2: ems(range(10))}))
+        runs.append(run_folder(tmp_path, f"star_{seed}", "star", seed,
+                               {0: ems(range(6)), 1: ems(range(6)), 2: ems(range(7 if seed == 0 else 6))}))
+    return [load_run(r) for r in runs]
+
+
+def test_the_across_seed_table_and_pooled_tests_on_hand_computed_tables(two_arms):
+    result = compare_arms(group_arms(two_arms))
+    bt, star = result["arms"]
+    assert (bt["mode"], bt["seeds"], star["seeds"]) == ("backtrace", [0, 1], [0, 1])
+    m2 = bt["models"][2]
+    assert m2["em_mean"] == pytest.approx(10 / 24) and m2["em_by_seed"] == {"0": 10 / 24, "1": 10 / 24}
+    # against M0: 4 questions gained in both seeds, none lost: sign flips over 4 questions, p = 2 / 2^4
+    assert m2["vs_m0"]["diff"] == pytest.approx(4 / 24) and m2["vs_m0"]["p_value"] == pytest.approx(2 / 16)
+    assert m2["vs_m0"]["n"] == 24 and m2["vs_m0"]["seeds"] == 2
+    # star - backtrace at iteration 2: per question mean over seeds: q06 (1 - 1)/2... star has q06 in seed 0 only:
+    # q06: (1 + 0)/2 - 1 = -0.5; q07-q09: -1 each; the lattice of halves: |sum| 3.5, p = P(|±1 ±1 ±1 ±0.5| >= 3.5) = 2/16
+    between = {r["iteration"]: r for r in result["between"]}
+    assert between[2]["diff"] == pytest.approx(-3.5 / 24) and between[2]["p_value"] == pytest.approx(2 / 16)
+    assert between[0]["diff"] == 0 and between[0]["p_value"] == 1.0
+
+
+def test_an_arm_of_other_configs_is_refused_with_the_keys_named(tmp_path):
+    a = run_folder(tmp_path, "a", "backtrace", 0, {0: ems(range(3)), 1: ems(range(3)), 2: ems(range(3))})
+    b = run_folder(tmp_path, "b", "backtrace", 1, {0: ems(range(3)), 1: ems(range(3)), 2: ems(range(3))},
+                   **{"train.epochs": 2.0, "data.train_questions": 400})
+    with pytest.raises(ConfigError, match=r"one arm \(mode backtrace\).*data\.train_questions \(200 vs 400\), train\.epochs \(1\.0 vs 2\.0\)"):
+        group_arms([load_run(a), load_run(b)])
+    c = run_folder(tmp_path, "c", "backtrace", 0, {0: ems(range(3)), 1: ems(range(3)), 2: ems(range(3))})
+    with pytest.raises(ConfigError, match="two runs of one seed"):
+        group_arms([load_run(a), load_run(c)])
+
+
+def test_an_incomplete_seed_is_listed_and_left_out(tmp_path, two_arms):
+    killed = run_folder(tmp_path, "bt_2", "backtrace", 2, {0: ems(range(20)), 1: ems(range(24))})  # no iteration 2
+    arms = group_arms([*two_arms, load_run(killed)])
+    assert arms[0].seeds == [0, 1]
+    assert arms[0].incomplete == [{"run_dir": str(killed), "seed": 2, "why": "no dev evaluation of model(s) [2] (planned iterations 1..2)"}]
+    result = compare_arms(arms)
+    assert result["arms"][0]["models"][0]["em_by_seed"] == {"0": 6 / 24, "1": 6 / 24}  # seed 2's 20/24 not averaged in
+
+
+def test_compare_runs_prints_the_arms_and_refuses_mixed_configs_in_one_line(tmp_path, two_arms):
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "seeds.png"
+    r = subprocess.run([sys.executable, str(REPO / "scripts" / "compare_runs.py"), *(s["run_dir"] for s in two_arms),
+                        "--out", str(out)], capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "arm backtrace: seeds [0, 1]" in r.stdout and "star - backtrace at M2 over seeds [0, 1] x 24 questions" in r.stdout
+    last = json.loads(r.stdout.strip().splitlines()[-1])
+    assert last["figure"] == str(out) and out.stat().st_size > 1000 and len(last["arms"]) == 2
+    odd = run_folder(tmp_path, "odd", "star", 5, {0: ems(range(6)), 1: ems(range(6)), 2: ems(range(6))},
+                     **{"strategy.max_rounds": 5})
+    r = subprocess.run([sys.executable, str(REPO / "scripts" / "compare_runs.py"), *(s["run_dir"] for s in two_arms),
+                        str(odd), "--out", str(out)], capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert r.stderr.startswith("config error: ") and "strategy.max_rounds (None vs 5)" in r.stderr
