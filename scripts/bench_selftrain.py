@@ -106,6 +106,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--read", nargs="+", metavar="RUN", help="only read these finished run folders")
     parser.add_argument("--cold", action="store_true", help="an empty cache home, as on a fresh machine")
     parser.add_argument("--output_dir", default="runs/bench_default", help="the timed run's folder (must not exist)")
+    parser.add_argument("--processes", type=int, default=None,
+                        help="start the recipe under torchrun with this many processes (default: as the recipe starts)")
     args, overrides = parser.parse_known_args(argv)
     load_before = os.getloadavg()
     if args.read:
@@ -118,7 +120,9 @@ def main(argv: list[str] | None = None) -> int:
         with tempfile.TemporaryDirectory(prefix="knowtrace_cold_cache_") as cache:
             if args.cold:
                 env["KNOWTRACE_CACHE"] = cache
-            cmd = [sys.executable, str(REPO / "recipes" / "selftrain.py"), "--output_dir", str(out), *overrides]
+            launcher = [] if args.processes is None else [
+                "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(args.processes)]
+            cmd = [sys.executable, *launcher, str(REPO / "recipes" / "selftrain.py"), "--output_dir", str(out), *overrides]
             print("running:", " ".join(cmd), "(cold cache home)" if args.cold else "", flush=True)
             start = time.perf_counter()
             subprocess.run(cmd, env=env, check=True)

@@ -49,8 +49,9 @@ def test_train_sections_and_lora_train_config_share_one_set_of_defaults():
     from knowtrace_train.train.config import LoraTrainConfig
 
     cfg = SelfTrainConfig()
-    assert cfg.train == dataclasses.replace(LoraTrainConfig(), epochs=1.0)  # iteration adapters: one epoch
-    assert cfg.bootstrap.train == dataclasses.replace(LoraTrainConfig(), epochs=1.0, learning_rate=1e-3)
+    # iteration adapters: one epoch; both sections: 4 records per optimizer step whatever the process count
+    assert cfg.train == dataclasses.replace(LoraTrainConfig(), epochs=1.0, effective_batch_size=4)
+    assert cfg.bootstrap.train == dataclasses.replace(LoraTrainConfig(), epochs=1.0, learning_rate=1e-3, effective_batch_size=4)
     # the CPU default run's values (its figures were measured with them)
     lora = LoraTrainConfig()
     assert (lora.per_device_batch_size, lora.gradient_accumulation_steps, lora.learning_rate, lora.epochs,

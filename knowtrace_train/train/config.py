@@ -20,7 +20,10 @@ class LoraTrainConfig:
 
     rank: int = field(default=16, metadata={"help": "LoRA rank r."})
     alpha: int = field(default=32, metadata={"help": "LoRA alpha (the update is scaled by alpha / rank)."})
-    dropout: float = field(default=0.05, metadata={"help": "Dropout on the LoRA input."})
+    dropout: float = field(
+        default=0.0,
+        metadata={"help": "Dropout on the LoRA input (0.05 made a CPU training step 1.39x slower and M0 no better: docs/training.md)."},
+    )
     target_modules: str | list[str] = field(
         default="all-linear",
         metadata={"help": "Modules that get LoRA: 'all-linear' (every linear layer but the LM head) or names."},
