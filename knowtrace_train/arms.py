@@ -18,7 +18,7 @@ from typing import Any, Sequence
 from knowtrace_train.config import ConfigError, read_yaml
 from knowtrace_train.metrics import bootstrap_interval
 from knowtrace_train.pairing import by_id, pooled_paired_test, read_question_scores
-from knowtrace_train.report import model_eval_file, p_text, series
+from knowtrace_train.report import model_eval_file, p_text, pyplot, save_figure, series
 
 #: config keys the runs of one arm may differ in: the seed, where and under which name they ran, how many
 #: threads and whether stages were taken from the reuse cache
@@ -196,11 +196,7 @@ def arms_table(result: dict[str, Any]) -> str:
 def plot_arms(result: dict[str, Any], out: str | Path, title: str = "") -> Path:
     """Dev EM per model for each arm: every seed a thin line, the mean over the seeds a thick one with its 95%
     interval (bootstrap over questions)."""
-    from knowtrace_train.errors import import_extra
-
-    import_extra("matplotlib", "plot", "a figure (--out FILE.png)").use("Agg")
-    plt = import_extra("matplotlib.pyplot", "plot", "a figure (--out FILE.png)")
-    fig, ax = plt.subplots(figsize=(6, 4))
+    fig, ax = pyplot().subplots(figsize=(6, 4))
     for i, arm in enumerate(result["arms"]):
         color = f"C{i}"
         xs = [r["iteration"] for r in arm["models"]]
@@ -217,9 +213,4 @@ def plot_arms(result: dict[str, Any], out: str | Path, title: str = "") -> Path:
     ax.legend()
     if title:
         ax.set_title(title)
-    fig.tight_layout()
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
-    return out
+    return save_figure(fig, out)

@@ -345,8 +345,7 @@ def label(summary: dict[str, Any]) -> str:
 def plot_runs(summaries: Sequence[dict[str, Any]], out: str | Path, title: str = "") -> Path:
     """Figure 2 of the paper for these runs: (a) dev EM per iteration, with its 95% interval as an
     error bar where the run has one, (b) FA ratio per iteration."""
-    import_extra("matplotlib", "plot", "a figure (--out FILE.png)").use("Agg")
-    plt = import_extra("matplotlib.pyplot", "plot", "a figure (--out FILE.png)")
+    plt = pyplot()
 
     fig, (ax_em, ax_fa) = plt.subplots(1, 2, figsize=(10, 4))
     markers = {"backtrace": "o-", "star": "s--"}
@@ -371,11 +370,22 @@ def plot_runs(summaries: Sequence[dict[str, Any]], out: str | Path, title: str =
     ax_em.legend(fontsize=7, loc="best")
     if title:
         fig.suptitle(title)
-    fig.tight_layout()
+    return save_figure(fig, out)
+
+
+def pyplot():
+    """matplotlib's pyplot on the Agg backend (the plot extra; a `MissingExtraError` without it)."""
+    import_extra("matplotlib", "plot", "a figure (--out FILE.png)").use("Agg")
+    return import_extra("matplotlib.pyplot", "plot", "a figure (--out FILE.png)")
+
+
+def save_figure(fig, out: str | Path) -> Path:
+    """Write `fig` to `out` (its folder made) and close it."""
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
     fig.savefig(out, dpi=120)
-    plt.close(fig)
+    pyplot().close(fig)
     return out
 
 

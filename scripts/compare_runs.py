@@ -67,11 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     if between:
         print()
         print(between_runs_table(between))
-    try:
-        figure = str(plot_runs(summaries, args.out, args.title))
-    except MissingExtraError as e:  # the tables above are printed: only the figure is missing
-        print(f"{e.label}: {e} (no figure; the tables stand)", file=sys.stderr)
-        figure = None
+    figure = draw(plot_runs, summaries, args)
     runs = []
     for s in summaries:
         ex, ey, fx, fy = series(s)
@@ -81,16 +77,20 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def draw(plot, figures, args) -> str | None:
+    """The figure's path; without matplotlib one line says so and the tables printed above stand."""
+    try:
+        return str(plot(figures, args.out, args.title))
+    except MissingExtraError as e:
+        print(f"{e.label}: {e} (no figure; the tables stand)", file=sys.stderr)
+        return None
+
+
 def compare_seeds(arms, args) -> int:
     """Several runs (seeds) per arm: the across-seed table, the pooled tests and the figure of every seed."""
     result = compare_arms(arms)
     print(arms_table(result))
-    try:
-        figure = str(plot_arms(result, args.out, args.title))
-    except MissingExtraError as e:  # the table above is printed: only the figure is missing
-        print(f"{e.label}: {e} (no figure; the table stands)", file=sys.stderr)
-        figure = None
-    print(json.dumps({"figure": figure, **result}))
+    print(json.dumps({"figure": draw(plot_arms, result, args), **result}))
     return 0
 
 

@@ -320,12 +320,9 @@ def _untimed(path: Path) -> list[dict]:
 # -- the grid -------------------------------------------------------------------------------------------
 
 
-def test_grid_stages_shared(tmp_path, tiny_model_dir, cache, calls, monkeypatch):
-    """A 2-point grid over train.learning_rate builds the base evaluation, M0, its evaluation and iteration 1's
-    rollouts once; each point's folder shows where its stages came from."""
+def oracle_recipe(monkeypatch):
+    """recipes/selftrain.py as a module, its runs answering through the oracle."""
     import importlib.util
-
-    from knowtrace_train.config import RecipeArgs
 
     spec = importlib.util.spec_from_file_location("selftrain_recipe", REPO / "recipes" / "selftrain.py")
     recipe = importlib.util.module_from_spec(spec)
@@ -337,6 +334,15 @@ def test_grid_stages_shared(tmp_path, tiny_model_dir, cache, calls, monkeypatch)
             self.make_generator = oracle_factory(self)
 
     monkeypatch.setattr(recipe, "SelfTrain", OracleRun)
+    return recipe
+
+
+def test_grid_stages_shared(tmp_path, tiny_model_dir, cache, calls, monkeypatch):
+    """A 2-point grid over train.learning_rate builds the base evaluation, M0, its evaluation and iteration 1's
+    rollouts once; each point's folder shows where its stages came from."""
+    from knowtrace_train.config import RecipeArgs
+
+    recipe = oracle_recipe(monkeypatch)
     root = tmp_path / "grid"
     overrides = tiny_overrides(tmp_path, tiny_model_dir, reuse=True, iterations=1, output_dir=str(root),
                                grid='{"train.learning_rate": [0.001, 0.0005]}')
@@ -410,20 +416,9 @@ def test_seeds_run_a_folder_each_then_the_arm_table(tmp_path, tiny_model_dir, ca
     """--seeds 0,1: one run per seed in <run folder>/seed_<s>, each with its report and the small-dev-set note;
     the seeds share what no seed draws (the raw base's evaluation) and each trains its own M0; the last
     line holds the across-seed table of the arm."""
-    import importlib.util
-
     from knowtrace_train.config import RecipeArgs
 
-    spec = importlib.util.spec_from_file_location("selftrain_recipe", REPO / "recipes" / "selftrain.py")
-    recipe = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(recipe)
-
-    class OracleRun(SelfTrain):
-        def __init__(self, *args, **kwargs):
-            super().__init__(*args, **kwargs)
-            self.make_generator = oracle_factory(self)
-
-    monkeypatch.setattr(recipe, "SelfTrain", OracleRun)
+    recipe = oracle_recipe(monkeypatch)
     root = tmp_path / "seeds"
     overrides = tiny_overrides(tmp_path, tiny_model_dir, reuse=True, iterations=1, output_dir=str(root), seeds="0,1")
     line = recipe.run_all(recipe.load(None, overrides), RecipeArgs(config=None, quiet=True, overrides=overrides))
