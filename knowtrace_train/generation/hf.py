@@ -1,6 +1,7 @@
 """The transformers backend: batched decoding across questions, one LoRA adapter per role, shared prefixes.
 
-Requests are grouped by adapter (the role's LoRA, or the plain model with every adapter disabled),
+Requests are grouped by adapter (the role's LoRA: on CPUs a copy of the weights with it merged in, elsewhere one
+PeftModel switching adapters; or the plain model),
 then by a shared prompt prefix (the instruction and few-shot exemplars). A shared prefix is computed
 once per adapter and kept across calls (see `prefix.py`). Each group then decodes with continuous
 batching: up to `batch_size` sequences step in lockstep; prompts are prefilled (only their own
@@ -188,8 +189,8 @@ class TransformersGenerator(GeneratorBase):
         return len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
 
     def _release(self) -> None:
-        # the model (a PeftModel holding every adapter, around the base) and the prefix keys/values
-        # computed with it; a round's KV buffers live only inside generate()
+        # the models (the plain one and each role's merged copy, or one PeftModel holding every adapter)
+        # and the prefix keys/values computed with them; a round's KV buffers live only inside generate()
         self.model = None
         self.models = {}
         self.prefixes.clear()
