@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from knowtrace_train.config import ConfigError, read_yaml
-from knowtrace_train.metrics import bootstrap_interval
+from knowtrace_train.metrics import bootstrap_interval, question_kind
 from knowtrace_train.pairing import by_id, pooled_paired_test, read_question_scores
 from knowtrace_train.report import model_eval_file, p_text, pyplot, save_figure, series
 
@@ -103,12 +103,26 @@ def group_arms(summaries: Sequence[dict[str, Any]]) -> list[Arm]:
     return list(arms.values())
 
 
-def _em_table(summaries: Sequence[dict[str, Any]], z: int) -> tuple[list[str], list[list[float]]]:
-    """(question ids, EM per run in id order) of model z in every run; other questions in any run: ValueError."""
+def question_kinds(summary: dict[str, Any]) -> dict[str, str | None]:
+    """question id -> "bridge", "comparison" or None, from the run's dev file (its config's data.dev)."""
+    from knowtrace_train.data.loaders import load_items
+
+    cfg = flat_config(summary["run_dir"])
+    return {it.id: question_kind(it) for it in load_items(cfg["data.dev"], cfg.get("data.format"))}
+
+
+def _em_table(summaries: Sequence[dict[str, Any]], z: int, keep: set[str] | None = None
+              ) -> tuple[list[str], list[list[float]]]:
+    """(question ids, EM per run in id order) of model z in every run, only the `keep` questions where given;
+    other questions in any run: ConfigError."""
     ids: list[str] | None = None
     rows = []
     for s in summaries:
         q = by_id(read_question_scores(model_eval_file(s, z)))
+        if keep is not None:
+            chosen = [i for i, qid in enumerate(q.ids) if qid in keep]
+            q = dataclasses.replace(q, ids=[q.ids[i] for i in chosen], em=[q.em[i] for i in chosen],
+                                    f1=[q.f1[i] for i in chosen])
         if ids is not None and q.ids != ids:
             raise ConfigError(f"{model_eval_file(s, z)} holds other dev questions than {model_eval_file(summaries[0], z)}: "
                               "the runs of a comparison must score the same questions (the same data settings)")
@@ -117,24 +131,29 @@ def _em_table(summaries: Sequence[dict[str, Any]], z: int) -> tuple[list[str], l
     return ids or [], rows
 
 
-def compare_arms(arms: Sequence[Arm], *, seed: int = 0) -> dict[str, Any]:
+def compare_arms(arms: Sequence[Arm], *, kind: str | None = None, seed: int = 0) -> dict[str, Any]:
     """Per arm and model (0 = M0, then each iteration): the seeds' EM, their mean with an interval (bootstrap over
     questions of each question's mean EM over the seeds), the pooled paired test against M0; and each later arm
-    against the first on the seeds both ran, model by model (`metrics.pooled_paired_test`)."""
-    out: dict[str, Any] = {"arms": [], "between": []}
+    against the first on the seeds both ran, model by model (`pairing.pooled_paired_test`). With `kind`
+    ("bridge" or "comparison") only the dev questions of that kind count (kinds from the runs' dev file)."""
+    out: dict[str, Any] = {"kind": kind, "arms": [], "between": []}
+    keep = None
+    if kind is not None:
+        first = next((a.runs[0] for a in arms if a.runs), None)
+        keep = {q for q, k in question_kinds(first).items() if k == kind} if first else set()
     for arm in arms:
         rows = []
         if arm.runs:
             planned = max(int(s.get("iterations_planned") or 0) for s in arm.runs)
             for z in range(planned + 1):
-                ids, em = _em_table(arm.runs, z)
+                ids, em = _em_table(arm.runs, z, keep)
                 per_question = [sum(col) / len(col) for col in zip(*em)]
                 iv = bootstrap_interval(per_question, seed=seed)
                 row = {"iteration": z, "n": len(ids), "em_mean": iv.mean,
                        "em_interval": None if iv.low is None else [iv.low, iv.high],
                        "em_by_seed": {str(sd): sum(e) / len(e) for sd, e in zip(arm.seeds, em)}}
                 if z > 0:
-                    row["vs_m0"] = dataclasses.asdict(pooled_paired_test(_em_table(arm.runs, 0)[1], em, seed=seed))
+                    row["vs_m0"] = dataclasses.asdict(pooled_paired_test(_em_table(arm.runs, 0, keep)[1], em, seed=seed))
                 rows.append(row)
         out["arms"].append({"mode": arm.mode, "seeds": arm.seeds, "incomplete": arm.incomplete, "models": rows})
     ref = arms[0] if arms else None
@@ -149,8 +168,8 @@ def compare_arms(arms: Sequence[Arm], *, seed: int = 0) -> dict[str, Any]:
             continue
         planned = min(max(int(s.get("iterations_planned") or 0) for s in runs) for runs in (a_runs, b_runs))
         for z in range(planned + 1):
-            ids_a, em_a = _em_table(a_runs, z)
-            ids_b, em_b = _em_table(b_runs, z)
+            ids_a, em_a = _em_table(a_runs, z, keep)
+            ids_b, em_b = _em_table(b_runs, z, keep)
             if ids_a != ids_b:
                 raise ConfigError(f"arms {ref.mode} and {other.mode} scored other dev questions at model {z}")
             out["between"].append({"a": ref.mode, "b": other.mode, "iteration": z,
@@ -168,7 +187,7 @@ def _ci(low: float | None, high: float | None, signed: bool = False) -> str:
 def arms_table(result: dict[str, Any]) -> str:
     """`compare_arms` as text: per arm and model the mean dev EM over the seeds with its interval, each seed's
     EM and the pooled test against M0; then the arms against the first."""
-    lines = []
+    lines = [f"{result['kind']} questions only"] if result.get("kind") else []
     for arm in result["arms"]:
         lines.append(f"arm {arm['mode']}: seeds {arm['seeds']}" + (
             "; incomplete, left out: " + "; ".join(f"seed {r['seed']} ({r['run_dir']}: {r['why']})" for r in arm["incomplete"])

@@ -53,6 +53,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("runs", nargs="+", help="run folders (runs/<name>)")
     parser.add_argument("--out", default="runs/compare_runs.png", help="figure file (.png, .svg, .pdf)")
     parser.add_argument("--title", default="", help="figure title")
+    parser.add_argument("--kind", choices=("bridge", "comparison"), default=None,
+                        help="several runs per arm: also the table of this kind of dev question alone")
     args = parser.parse_args(argv)
     try:
         summaries = [load_run(r) for r in args.runs]
@@ -90,7 +92,12 @@ def compare_seeds(arms, args) -> int:
     """Several runs (seeds) per arm: the across-seed table, the pooled tests and the figure of every seed."""
     result = compare_arms(arms)
     print(arms_table(result))
-    print(json.dumps({"figure": draw(plot_arms, result, args), **result}))
+    line = {"figure": draw(plot_arms, result, args), **result}
+    if args.kind:
+        line["by_kind"] = compare_arms(arms, kind=args.kind)
+        print()
+        print(arms_table(line["by_kind"]))
+    print(json.dumps(line))
     return 0
 
 

@@ -28,8 +28,12 @@ def run_folder(root: Path, name: str, mode: str, seed: int, evals: dict[int, lis
         rows = [{"question_id": q, "answers": ["x"], "prediction": "x" if e else "y", "em": e, "f1": e}
                 for q, e in zip(IDS, ems)]
         (d / f"iter_{z}" / "eval.jsonl").write_text("".join(json.dumps(r) + "\n" for r in reversed(rows)))
+    dev = root / "dev.jsonl"  # every fourth question a comparison
+    dev.write_text("".join(json.dumps({"id": q, "question": f"Question {q}?", "answers": ["x"],
+                                       "type": "comparison" if i % 4 == 3 else "bridge"}) + "\n"
+                           for i, q in enumerate(IDS)))
     cfg = {"name": name, "output_dir": str(d), "iterations": planned, "mode": mode, "seed": seed, "threads": 1,
-           "data": {"train_questions": 200, "dev_questions": 24, "seed": 0}, "train": {"epochs": 1.0}}
+           "data": {"dev": str(dev), "train_questions": 200, "dev_questions": 24, "seed": 0}, "train": {"epochs": 1.0}}
     for key, value in config.items():
         section, _, leaf = key.partition(".")
         cfg.setdefault(section, {})[leaf] = value
@@ -74,6 +78,15 @@ def test_the_across_seed_table_and_pooled_tests_on_hand_computed_tables(two_arms
     between = {r["iteration"]: r for r in result["between"]}
     assert between[2]["diff"] == pytest.approx(-3.5 / 24) and between[2]["p_value"] == pytest.approx(2 / 16)
     assert between[0]["diff"] == 0 and between[0]["p_value"] == 1.0
+
+
+def test_bridge_questions_apart(two_arms):
+    """q03, q07, q11, ... are comparisons: of backtracing's four gains at iteration 2 (q06-q09) q07 is one, so
+    on the 18 bridge questions it gains q06, q08, q09 in both seeds: p = 2 / 2^3."""
+    result = compare_arms(group_arms(two_arms), kind="bridge")
+    m2 = result["arms"][0]["models"][2]
+    assert result["kind"] == "bridge" and m2["n"] == 18
+    assert m2["vs_m0"]["diff"] == pytest.approx(3 / 18) and m2["vs_m0"]["p_value"] == pytest.approx(2 / 8)
 
 
 def test_an_arm_of_other_configs_is_refused_with_the_keys_named(tmp_path):
