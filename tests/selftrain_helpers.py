@@ -54,7 +54,6 @@ def tiny_overrides(tmp: Path, model_dir: Path, **extra: object) -> list[str]:
         "train.logging_steps": 1,
         "bootstrap.train.max_steps": 1,
         "bootstrap.train.per_device_batch_size": 2,
-        "bootstrap.train.gradient_accumulation_steps": 1,
         "bootstrap.train.logging_steps": 1,
     }
     values.update(extra)

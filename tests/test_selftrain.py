@@ -228,7 +228,8 @@ def test_loop_two_iterations_on_the_tiny_model(tmp_path, tiny_model_dir):
         (em_a, f1_a), (em_b, f1_b) = file_scores(a), file_scores(b)
         seed = run.config.seed
         return {"n": 4, "em": dataclasses.asdict(paired_test(em_a, em_b, seed=seed)),
-                "f1": dataclasses.asdict(paired_test(f1_a, f1_b, seed=seed))}
+                "f1": dataclasses.asdict(paired_test(f1_a, f1_b, seed=seed)),
+                "only_a": sum(x > y for x, y in zip(em_a, em_b)), "only_b": sum(y > x for x, y in zip(em_a, em_b))}
 
     from knowtrace_train.data.loaders import load_items
 
@@ -322,7 +323,8 @@ def test_resume_refuses_another_process_count(tmp_path, tiny_model_dir):
     SelfTrain(cfg, procs=Processes(0, 1), progress=False)._prepare_folder()
     saved = tmp_path / "run" / "config.yaml"
     launch = yaml.safe_load(saved.read_text())["launch"]
-    assert launch == {"processes": 1, "effective_batch": {"train": 2, "bootstrap": 2}}
+    # both sections name effective_batch_size 4: 2 records per pass, 2 passes per step
+    assert launch == {"processes": 1, "effective_batch": {"train": 4, "bootstrap": 4}}
     assert read_run_config(saved) == cfg
     check_same_config(cfg, saved, 1)
     with pytest.raises(ConfigError, match=r"launched as 1 process\(es\).*resumed with 2; relaunch it with 1"):

@@ -35,7 +35,7 @@ class LoraTrainConfig:
         metadata={"help": "Records per forward pass per process; on CPUs 1 is faster for long records, on GPUs raise it."},
     )
     gradient_accumulation_steps: int = field(
-        default=4, metadata={"help": "Forward passes per optimizer step (effective batch = this x batch x processes)."}
+        default=4, metadata={"help": "Forward passes per optimizer step (effective batch = this x batch x processes); ignored where effective_batch_size is set."}
     )
     effective_batch_size: int | None = field(
         default=None,
