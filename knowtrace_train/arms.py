@@ -53,6 +53,14 @@ def flat_config(run_dir: str | Path) -> dict[str, Any]:
     return walk(data)
 
 
+def started_run(run_dir: str | Path) -> dict[str, Any]:
+    """A run folder that has its config.yaml but no summary.json yet (the run is still building M0): a summary
+    with no evaluated model, so that `group_arms` lists it as incomplete instead of refusing the comparison."""
+    cfg = flat_config(run_dir)
+    return {"run_dir": str(run_dir), "mode": cfg.get("mode"), "iterations_planned": int(cfg.get("iterations") or 0),
+            "base": None, "bootstrap": None, "iterations": []}
+
+
 def run_seed(summary: dict[str, Any]) -> int:
     return int(flat_config(summary["run_dir"]).get("seed", 0))
 

@@ -281,6 +281,33 @@ def run_ours(model_dir: Path, records: list[dict], n_records: int, seed: int, pr
     }
 
 
+def count_shared_prefixes(folder: Path, model: Path | None) -> dict:
+    """Per role of a run's iteration folder: records, tokens trained today, tokens in a prefix tree of them."""
+    from transformers import AutoTokenizer
+
+    from knowtrace_train.train.lora import load_records, prefix_tree_tokens, tokenize_records
+
+    tok = AutoTokenizer.from_pretrained(str(model or smollm2_dir(Path(tempfile.gettempdir()) / "knowtrace_bench_models")))
+    out = {}
+    for role in ("explore", "complete"):
+        path = folder / f"sft_{role}.jsonl"
+        if not path.is_file():
+            continue
+        rows, _ = tokenize_records(tok, load_records(path, role), "chat", 1 << 20)
+        tokens = sum(len(r["input_ids"]) for r in rows)
+        tree = prefix_tree_tokens(rows)
+        out[role] = {"records": len(rows), "tokens": tokens, "prefix_tree_tokens": tree}
+        print(f"{path}: {len(rows)} records, {tokens} tokens; a prefix tree of them holds {tree} "
+              f"({1 - tree / tokens:.1%} fewer)")
+    if not out:
+        raise SystemExit(f"{folder}: no sft_explore.jsonl or sft_complete.jsonl")
+    tokens = sum(r["tokens"] for r in out.values())
+    tree = sum(r["prefix_tree_tokens"] for r in out.values())
+    print(f"both roles: {tokens} tokens, {tree} in prefix trees ({1 - tree / tokens:.1%} fewer)")
+    print(json.dumps(out))
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", type=Path, default=None, help="model folder (default: SmolLM2-135M-Instruct)")
@@ -293,7 +320,12 @@ def main() -> None:
     ap.add_argument("--also-fp32", action="store_true", help="also measure ours with precision fp32")
     ap.add_argument("--batch", type=int, default=None,
                     help="our records per forward pass (padding-free batches above 1; default: 1 on CPUs, 8 on GPUs)")
+    ap.add_argument("--shared-prefixes", type=Path, default=None, metavar="FOLDER",
+                    help="only count: the tokens of FOLDER's sft_<role>.jsonl records against a prefix tree of them, and exit")
     args = ap.parse_args()
+    if args.shared_prefixes:
+        count_shared_prefixes(args.shared_prefixes, args.model)
+        return
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
 
     import torch

@@ -34,7 +34,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from knowtrace_train.arms import arms_table, compare_arms, group_arms, plot_arms  # noqa: E402
+from knowtrace_train.arms import arms_table, compare_arms, group_arms, plot_arms, started_run  # noqa: E402
 from knowtrace_train.errors import MissingExtraError, user_errors  # noqa: E402
 from knowtrace_train.report import (  # noqa: E402
     between_runs_table,
@@ -56,14 +56,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kind", choices=("bridge", "comparison"), default=None,
                         help="several runs per arm: also the table of this kind of dev question alone")
     args = parser.parse_args(argv)
+    summaries, started = [], []
     try:
-        summaries = [load_run(r) for r in args.runs]
+        for r in args.runs:
+            if not (Path(r) / "summary.json").is_file() and (Path(r) / "config.yaml").is_file():
+                started.append(r)  # still building M0: an incomplete seed of its arm
+                summaries.append(started_run(r))
+            else:
+                summaries.append(load_run(r))
     except (FileNotFoundError, json.JSONDecodeError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     arms = group_arms(summaries)
     if any(len(arm.runs) + len(arm.incomplete) > 1 for arm in arms):
         return compare_seeds(arms, args)
+    if started:
+        print(f"error: {started[0]}: no summary.json yet (the run has evaluated no model)", file=sys.stderr)
+        return 2
     print(comparison_table(summaries))
     between = paired_between_runs(summaries)
     if between:

@@ -109,6 +109,21 @@ def test_an_incomplete_seed_is_listed_and_left_out(tmp_path, two_arms):
     assert result["arms"][0]["models"][0]["em_by_seed"] == {"0": 6 / 24, "1": 6 / 24}  # seed 2's 20/24 not averaged in
 
 
+def test_a_seed_still_building_m0_is_listed_as_incomplete(tmp_path, two_arms):
+    """A run folder with its config.yaml but no summary.json yet (the run is in its bootstrap) is one more
+    incomplete seed of its arm; alone, compare_runs refuses it in one line."""
+    from knowtrace_train.arms import started_run
+
+    young = run_folder(tmp_path, "bt_3", "backtrace", 3, {0: ems(range(24))})
+    (young / "summary.json").unlink()
+    arms = group_arms([*two_arms, started_run(young)])
+    assert arms[0].seeds == [0, 1] and arms[0].incomplete == [
+        {"run_dir": str(young), "seed": 3, "why": "no dev evaluation of model(s) [0, 1, 2] (planned iterations 1..2)"}]
+    r = subprocess.run([sys.executable, str(REPO / "scripts" / "compare_runs.py"), str(young), "--out", str(tmp_path / "x.png")],
+                       capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert r.returncode == 2 and "no summary.json yet" in r.stderr and "Traceback" not in r.stderr
+
+
 def test_compare_runs_prints_the_arms_and_refuses_mixed_configs_in_one_line(tmp_path, two_arms):
     pytest.importorskip("matplotlib")
     out = tmp_path / "seeds.png"

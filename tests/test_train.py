@@ -22,6 +22,7 @@ from knowtrace_train.train.lora import (
     SFTRecordError,
     encode_record,
     load_records,
+    prefix_tree_tokens,
     read_training_info,
     render_prompt_ids,
     resolve_precision,
@@ -111,6 +112,19 @@ def test_labels_mask_exactly_the_prompt_and_long_records_are_skipped(real_tokeni
     assert rows[0]["labels"] == [-100] * len(prompt_ids) + completion_ids
     with pytest.raises(SFTRecordError, match="max_length=8"):
         tokenize_records(real_tokenizer, recs[:1], "chat", max_length=8)
+
+
+def test_prefix_tree_tokens_count_each_shared_prefix_once(real_tokenizer):
+    # [1 2 3 4], [1 2 5], [1 2 3 4] again, [6]: the tree is 1-2-3-4, 2-5 and 6, so 6 tokens against 12
+    rows = [{"input_ids": x} for x in ([1, 2, 3, 4], [1, 2, 5], [1, 2, 3, 4], [6])]
+    assert prefix_tree_tokens(rows) == 6 and prefix_tree_tokens([]) == 0
+    # two records of one prompt share the whole prompt: the tree holds it once, plus each completion
+    recs = load_records([{"prompt": PROMPT, "completion": COMPLETION}, {"prompt": PROMPT, "completion": "Answer: no"}], "explore")
+    rows, _ = tokenize_records(real_tokenizer, recs, "chat", max_length=4096)
+    p, c1 = encode_record(real_tokenizer, PROMPT, COMPLETION, "chat")
+    _, c2 = encode_record(real_tokenizer, PROMPT, "Answer: no", "chat")
+    common = next(i for i, (a, b) in enumerate(zip(c1, c2)) if a != b)
+    assert prefix_tree_tokens(rows) == len(p) + len(c1) + len(c2) - common
 
 
 @pytest.mark.parametrize(

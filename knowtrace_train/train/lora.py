@@ -177,6 +177,22 @@ def tokenize_records(
     return rows, len(skipped)
 
 
+def prefix_tree_tokens(rows: Sequence[Mapping[str, Sequence[int]]]) -> int:
+    """Tokens a prefix tree over the rows' input_ids holds: what a training that shared every common prompt
+    prefix (tree packing) would run, against sum(len(input_ids)) today (scripts/bench_train.py --shared-prefixes)."""
+    root: dict = {}
+    nodes = 0
+    for row in rows:
+        node = root
+        for t in row["input_ids"]:
+            nxt = node.get(t)
+            if nxt is None:
+                nxt = node[t] = {}
+                nodes += 1
+            node = nxt
+    return nodes
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # Precision and model loading
 
