@@ -81,6 +81,19 @@ def finished(summary: dict[str, Any]) -> str | None:
     return None
 
 
+def replicated(summaries: Sequence[dict[str, Any]]) -> bool:
+    """Whether two of the runs are seeds of one arm: the same mode and the same config but for `ARM_FREE_KEYS`.
+    Without such a pair the runs are single runs of other settings (epochs 1 against 2, one sample against
+    four), compared run by run; with one, they are arms, and an arm's runs must agree (`group_arms`)."""
+    seen: list[tuple[str, dict[str, Any]]] = []
+    for s in summaries:
+        mode, cfg = str(s.get("mode")), flat_config(s["run_dir"])
+        if any(m == mode and not config_differences(c, cfg, ARM_FREE_KEYS) for m, c in seen):
+            return True
+        seen.append((mode, cfg))
+    return False
+
+
 def group_arms(summaries: Sequence[dict[str, Any]]) -> list[Arm]:
     """The runs grouped by mode (in the order given). Runs of one arm whose configs differ in anything but
     `ARM_FREE_KEYS` are a ConfigError naming the keys; incomplete runs are set aside in `Arm.incomplete`."""

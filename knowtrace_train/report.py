@@ -111,7 +111,7 @@ def table_row(m: dict[str, Any]) -> str:
         losses = [_fmt(t.get("loss")) if t.get("records") else "-" for t in train.values()]
         cells = [
             str(it),
-            f"{roll.get('correct', 0)}/{roll.get('questions', 0)}",
+            f"{roll.get('correct', 0)}/{roll.get('trajectories', roll.get('questions', 0))}",  # G per question
             _fmt(bt.get("fa_ratio")),
             "/".join(_fmt(v, 2) for v in fa.values()),  # the method's record kinds, in its order
             "/".join(str(v) for v in vals),
@@ -165,6 +165,9 @@ def summarize_run(config, run_dir: Path, metrics: Sequence[dict[str, Any]]) -> d
             "fa_by_role": bt.get("fa_by_role"),
             "rollout_correct": roll.get("correct"),
             "rollout_questions": roll.get("questions"),
+            "rollout_trajectories": roll.get("trajectories", roll.get("questions")),
+            "rollout_samples": roll.get("samples", 1),
+            "rollout_pass_at_samples": roll.get("pass_at_samples"),
             "rollout_em": roll.get("em"),
             "sft_records": m.get("sft_records"),
             "train_loss": {a: t.get("loss") for a, t in (m.get("train") or {}).items()},
@@ -423,7 +426,7 @@ def comparison_table(summaries: Sequence[dict[str, Any]]) -> str:
             recs = "/".join(str(v) for v in (r.get("sft_records") or {}).values())
             lines.append(end(
                 f"{name:28} {s['mode']:9} {r['iteration']:>4} {em(r)} "
-                f"{_fmt(r.get('fa_ratio')):>6} {str(r.get('rollout_correct')) + '/' + str(r.get('rollout_questions')):>8} "
+                f"{_fmt(r.get('fa_ratio')):>6} {str(r.get('rollout_correct')) + '/' + str(r.get('rollout_trajectories', r.get('rollout_questions'))):>8} "
                 f"{recs:>14} {diff_cell(r.get('vs_m0')):>13}", r))
     return "\n".join(lines)
 

@@ -34,7 +34,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from knowtrace_train.arms import arms_table, compare_arms, group_arms, plot_arms, started_run  # noqa: E402
+from knowtrace_train.arms import (  # noqa: E402
+    arms_table, compare_arms, group_arms, plot_arms, replicated, started_run)
 from knowtrace_train.errors import MissingExtraError, user_errors  # noqa: E402
 from knowtrace_train.report import (  # noqa: E402
     between_runs_table,
@@ -67,9 +68,8 @@ def main(argv: list[str] | None = None) -> int:
     except (FileNotFoundError, json.JSONDecodeError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    arms = group_arms(summaries)
-    if any(len(arm.runs) + len(arm.incomplete) > 1 for arm in arms):
-        return compare_seeds(arms, args)
+    if replicated(summaries):  # seeds of one setting: arms (their other runs must be seeds of one setting too)
+        return compare_seeds(group_arms(summaries), args)
     if started:
         print(f"error: {started[0]}: no summary.json yet (the run has evaluated no model)", file=sys.stderr)
         return 2

@@ -139,3 +139,23 @@ def test_compare_runs_prints_the_arms_and_refuses_mixed_configs_in_one_line(tmp_
                         str(odd), "--out", str(out)], capture_output=True, text=True, cwd=REPO, timeout=300)
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert r.stderr.startswith("config error: ") and "strategy.max_rounds (None vs 5)" in r.stderr
+
+
+def test_single_runs_of_one_mode_and_other_settings_are_compared_run_by_run(tmp_path):
+    """No two runs are seeds of one setting (one sample against two, say): no arms, no refusal; the runs are
+    compared run by run as before there were arms. One seed more of either makes them arms, and refused."""
+    from knowtrace_train.arms import replicated
+
+    g1 = run_folder(tmp_path, "g1", "backtrace", 0, {0: ems(range(6)), 1: ems(range(6)), 2: ems(range(7))})
+    g2 = run_folder(tmp_path, "g2", "backtrace", 0, {0: ems(range(6)), 1: ems(range(8)), 2: ems(range(9))},
+                    **{"rollout.samples": 2})
+    assert not replicated([load_run(g1), load_run(g2)])
+    r = subprocess.run([sys.executable, str(REPO / "scripts" / "compare_runs.py"), str(g1), str(g2), "--out",
+                        str(tmp_path / "x.png")], capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    between = json.loads(r.stdout.strip().splitlines()[-1])["between"]
+    assert [(b["iteration"], b["only_a"], b["only_b"]) for b in between] == [(0, 0, 0), (1, 0, 2), (2, 0, 2)]
+    g1_seed1 = run_folder(tmp_path, "g1s1", "backtrace", 1, {0: ems(range(6)), 1: ems(range(6)), 2: ems(range(7))})
+    assert replicated([load_run(g1), load_run(g2), load_run(g1_seed1)])
+    with pytest.raises(ConfigError, match=r"rollout.samples"):
+        group_arms([load_run(g1), load_run(g2), load_run(g1_seed1)])

@@ -501,3 +501,58 @@ def test_threads_default_to_the_cores_shared_among_local_processes(monkeypatch, 
         torch.set_num_threads(before)
     with pytest.raises(ConfigError, match="threads"):
         load_config(SelfTrainConfig, None, ["--threads", "0"])
+
+
+def test_rollout_samples_settings_are_checked_before_any_work(tmp_path):
+    """G > 1 samples need a temperature above 0; the numbers must be numbers; a greedy-only method has no
+    rollout temperature. Each is a config error naming the key."""
+    with pytest.raises(ConfigError, match=r"rollout.samples must be an integer >= 1"):
+        load_config(SelfTrainConfig, None, ["--rollout.samples", "0"])
+    with pytest.raises(ConfigError, match=r"rollout.temperature must be a number >= 0"):
+        load_config(SelfTrainConfig, None, ["--rollout.temperature", "-1"])
+    greedy = load_config(SelfTrainConfig, None, ["--rollout.samples", "4"])
+    with pytest.raises(ValueError, match=r"rollout.samples is 4 but the rollouts decode greedily .*set rollout.temperature"):
+        greedy.validate()
+    load_config(SelfTrainConfig, None, ["--rollout.samples", "4", "--rollout.temperature", "0.7"])._check_rollout()
+    load_config(SelfTrainConfig, None, ["--rollout.samples", "4", "--strategy.temperature", "0.7"])._check_rollout()
+    trace = load_config(SelfTrainConfig, None, ["--strategy.name", "trace", "--mode", "star", "--rollout.temperature", "0.7"])
+    with pytest.raises(ValueError, match=r"method 'trace' decodes greedily"):
+        trace._check_rollout()
+
+
+def test_g_rollout_samples_through_the_loop(tmp_path, tiny_model_dir):
+    """The oracle answers every sample alike, so G = 2 doubles the correct trajectories and the records of
+    G = 1; the iteration reports the trajectories, the questions solved and pass@G, the table row counts
+    trajectories, and every record names its sample's trajectory."""
+    one, _, _ = _run(tmp_path / "g1", tiny_model_dir, iterations=1)
+    two, _, rows = _run(tmp_path / "g2", tiny_model_dir, iterations=1,
+                        **{"rollout.samples": 2, "rollout.temperature": 1.0})
+    r1 = json.loads((one.run_dir / "iter_1/metrics.json").read_text())["rollout"]
+    r2 = json.loads((two.run_dir / "iter_1/metrics.json").read_text())["rollout"]
+    assert (r1["samples"], r1["trajectories"], r1["questions"]) == (1, 6, 6)
+    assert (r2["samples"], r2["trajectories"], r2["questions"]) == (2, 12, 6)
+    assert r2["correct"] == 2 * r1["correct"] > 0 and r2["solved"] == r1["solved"] == r1["correct"]
+    assert r2["pass_at_samples"] == r1["pass_at_samples"] == r1["correct"] / 6
+    assert rows[2].split()[1] == f"{r2['correct']}/12"
+    for kind in ("explore", "complete"):
+        recs1 = [json.loads(x) for x in (one.run_dir / f"iter_1/sft_{kind}.jsonl").read_text().splitlines()]
+        recs2 = [json.loads(x) for x in (two.run_dir / f"iter_1/sft_{kind}.jsonl").read_text().splitlines()]
+        assert len(recs2) == 2 * len(recs1) > 0
+        assert {r["trajectory_id"].rpartition("#")[2] for r in recs2} == {"s0", "s1"}
+    summary = json.loads((two.run_dir / "summary.json").read_text())
+    assert summary["iterations"][0]["rollout_trajectories"] == 12 and summary["iterations"][0]["rollout_samples"] == 2
+
+
+def test_g_sampled_rollouts_of_the_tiny_model_differ_and_repeat(tmp_path, tiny_model_dir):
+    """Real sampling (the tiny random model at temperature 1): a question's two samples write different
+    outputs, and the same run in another folder writes the same ones."""
+    def outputs(name):
+        run, _, _ = _run(tmp_path / name, tiny_model_dir, oracle=False, iterations=1, eval_base=False,
+                         **{"rollout.samples": 2, "rollout.temperature": 1.0, "data.train_questions": 3})
+        trajs = [json.loads(x) for x in (run.run_dir / "iter_1/rollouts.jsonl").read_text().splitlines()]
+        return [(t["id"], [c["output"] for c in t["calls"]]) for t in trajs]
+
+    a = outputs("a")
+    assert [i for i, _ in a] == [f"{q}#s{k}" for q in dict.fromkeys(i.split("#")[0] for i, _ in a) for k in (0, 1)]
+    assert all(a[i][1] != a[i + 1][1] for i in range(0, len(a), 2))
+    assert outputs("b") == a

@@ -172,6 +172,18 @@ def test_a_run_in_another_mode_reuses_m0_base_eval_m0_eval_and_first_rollouts(tm
     assert mb["rollout"]["correct"] == json.loads((a / "iter_1" / "metrics.json").read_text())["rollout"]["correct"]
 
 
+def test_rollout_samples_and_temperature_key_the_first_rollouts_not_the_evaluations(tmp_path, tiny_model_dir, cache,
+                                                                                     calls):
+    """G samples at a rollout temperature are other first rollouts than one greedy sample: computed anew; the
+    dev evaluations (greedy, one trajectory per question) and M0 are reused."""
+    _run(tmp_path, tiny_model_dir, "a")
+    for c in calls.values():
+        c.clear()
+    b = _run(tmp_path, tiny_model_dir, "b", mode="star", **{"rollout.samples": 2, "rollout.temperature": 1.0}).run_dir
+    assert calls["merge"] == [] and _rel(calls["rollout"], b) == ["iter_1/eval.jsonl", "iter_1/rollouts.jsonl"]
+    assert "reused_from" in _done(b / "iter_0", "eval") and "reused_from" not in _done(b / "iter_1", "rollout")
+
+
 def test_where_links_cannot_be_made_m0_json_points_at_the_cache(tmp_path, tiny_model_dir, cache, calls, monkeypatch):
     from knowtrace_train.selftrain.models import run_model
     from knowtrace_train.train.export import export_run

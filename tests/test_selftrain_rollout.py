@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
 from knowtrace_train.data.schema import QAItem
-from knowtrace_train.selftrain.rollout import parts_dir, run_rollouts
+from knowtrace_train.selftrain.rollout import pass_at_samples, parts_dir, run_rollouts, sample_seed
 from knowtrace_train.stages import StageRunner, is_done, read_done
 from knowtrace_train.methods.knowtrace import KnowTraceConfig
 
@@ -34,6 +35,44 @@ def test_rollouts_are_scored_in_order_and_written_once(tmp_path):
     again = run_rollouts(items(), out, KnowTraceConfig(), lambda: pytest.fail("no generator needed"),
                          WordRetriever(WORLD), chunk_size=2, progress=False)
     assert [t.to_dict() for t in again] == [t.to_dict() for t in trajs]
+
+
+def test_g_samples_are_g_seeded_trajectories_and_the_same_on_a_rerun(tmp_path):
+    """samples=3: three trajectories per question in question, then sample order; every call of every sample
+    draws from its own seed; a sample answers right only where its seed says so (the scripted model reads
+    the request's seed), and a rerun into another file gives the same trajectories."""
+    seeds: dict[str, list[int]] = {}
+
+    def seeded(parts, req):
+        seeds.setdefault(parts.get("question") or "", []).append(req.seed)
+        assert req.temperature == 0.7
+        out = chain_model(parts, req)
+        return out if req.seed % 2 == 0 else re.sub(r"Answer: .*", "Answer: Wrong", out)
+
+    cfg = KnowTraceConfig(temperature=0.7, seed=5)
+
+    def run(name):
+        return run_rollouts(items(), tmp_path / name, cfg, lambda: ScriptedGenerator(seeded), WordRetriever(WORLD),
+                            chunk_size=2, iteration=1, progress=False, samples=3)
+
+    trajs = run("a.jsonl")
+    assert [(t.question_id, t.meta["sample"]) for t in trajs] == [(q, k) for q in ("q0", "q1", "q2", "q9") for k in range(3)]
+    assert [t.id for t in trajs[:3]] == ["q0#s0", "q0#s1", "q0#s2"] and len({t.id for t in trajs}) == 12
+    # the seeds of one question's calls differ between its samples
+    by_sample = {}
+    for t in trajs:
+        by_sample.setdefault(t.question_id, []).append(t)
+    assert sample_seed(5, 0) == 5 and len({sample_seed(5, k) for k in range(3)}) == 3
+    assert any(len({t.em for t in ts}) > 1 for ts in by_sample.values())  # samples of one question disagree
+    again = run("b.jsonl")
+    fields = lambda ts: [(t.id, t.prediction, t.em, [c.output for c in t.calls]) for t in ts]  # noqa: E731
+    assert fields(again) == fields(trajs)
+    solved = pass_at_samples(trajs)
+    assert solved["questions"] == 4 and solved["solved"] == sum(any(t.em == 1.0 for t in ts) for ts in by_sample.values())
+    # the file of 3 samples is not the stage of 1 sample, nor of 2
+    with pytest.raises(ValueError, match="another number of samples"):
+        run_rollouts(items(), tmp_path / "a.jsonl", cfg, lambda: pytest.fail("no run"), WordRetriever(WORLD),
+                     progress=False, samples=2)
 
 
 def test_a_killed_rollout_keeps_its_finished_chunks(tmp_path):

@@ -99,6 +99,25 @@ class BootstrapConfig:
             raise ValueError("bootstrap.questions and bootstrap.probe_questions must be >= 1")
 
 
+@dataclass
+class RolloutConfig:
+    """How each iteration tries its rollout questions: G samples per question (rejection sampling for STaR and
+    backtracing: more, and more varied, correct trajectories), at a temperature of their own. Dev evaluations
+    keep the strategy's own decoding (greedy by default), one trajectory per question."""
+
+    samples: int = field(default=1, metadata={"help": (
+        "G, trajectories per rollout question, each sampling from its own seeded stream (> 1 needs a temperature above 0)")})
+    temperature: float | None = field(default=None, metadata={"help": (
+        "sampling temperature of the rollouts' calls (None: the strategy's own, greedy by default)")})
+
+    def __post_init__(self) -> None:
+        if isinstance(self.samples, bool) or not isinstance(self.samples, int) or self.samples < 1:
+            raise ValueError(f"rollout.samples must be an integer >= 1, got {self.samples!r}")
+        if self.temperature is not None and (isinstance(self.temperature, bool) or not isinstance(
+                self.temperature, (int, float)) or self.temperature < 0):
+            raise ValueError(f"rollout.temperature must be a number >= 0 or null, got {self.temperature!r}")
+
+
 def _generator() -> GeneratorConfig:
     """The generator of the default run: SmolLM2-135M, batches of 32 (an M0 evaluation of 24 dev questions took
     52 s against 60 s with 16), no per-batch progress bar
@@ -170,6 +189,9 @@ class SelfTrainConfig:
     bootstrap: BootstrapConfig = field(
         default_factory=BootstrapConfig, metadata={"help": "iteration 0: LoRA on gold trajectories, merged into M0"}
     )
+    rollout: RolloutConfig = field(
+        default_factory=RolloutConfig, metadata={"help": "each iteration's rollouts: samples per question and their temperature"}
+    )
     grid: dict[str, list[Any]] = field(
         default_factory=dict,
         metadata={"help": "hyper-parameter search: dotted key -> values; every combination runs in <run folder>/<point>"},
@@ -214,6 +236,7 @@ class SelfTrainConfig:
                     raise ValueError(f"{where}: {e}") from None
         if self.generator.adapters:
             raise ValueError("generator.adapters must be empty: the loop sets each iteration's adapters itself")
+        self._check_rollout()
         check_retriever_installed(self.retriever)
         check_generator_installed(self.generator)
         self.strategy.check_installed()
@@ -223,6 +246,20 @@ class SelfTrainConfig:
                 raise ValueError(f"data.{name}: no such file {getattr(self.data, name)!r}")
         if self.data.corpus.source == "file" and not Path(self.data.corpus.path or "").is_file():
             raise ValueError(f"data.corpus.path: no such file {self.data.corpus.path!r}")
+
+    def _check_rollout(self) -> None:
+        """rollout.temperature needs a method that samples; G > 1 samples need a temperature above 0 (greedy
+        decoding would give G identical trajectories)."""
+        r = self.rollout
+        sampled = hasattr(self.strategy, "temperature")
+        if r.temperature is not None and not sampled:
+            raise ValueError(f"rollout.temperature: method {self.strategy.name!r} decodes greedily and has no temperature")
+        temperature = r.temperature if r.temperature is not None else getattr(self.strategy, "temperature", 0.0)
+        if r.samples > 1 and not temperature > 0:
+            raise ValueError(
+                f"rollout.samples is {r.samples} but the rollouts decode greedily (temperature {temperature}): the "
+                f"{r.samples} samples would be one trajectory repeated; set rollout.temperature (e.g. 0.7)"
+                + ("" if sampled else f", which method {self.strategy.name!r} does not have"))
 
     def _check_batches(self, processes: int) -> None:
         """Every training section, at every grid point that changes its batch settings, must divide its

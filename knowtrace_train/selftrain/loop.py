@@ -53,9 +53,10 @@ from knowtrace_train.metrics import question_kind
 from knowtrace_train.selftrain.bootstrap import Bootstrap
 from knowtrace_train.selftrain.config import SelfTrainConfig
 from knowtrace_train.selftrain.folder import check_same_config, run_config_text
-from knowtrace_train.selftrain.models import ModelState, generator_config, read_records, run_relative, strategy_config
+from knowtrace_train.selftrain.models import (
+    ModelState, generator_config, read_records, rollout_strategy_config, run_relative, strategy_config)
 from knowtrace_train.selftrain.reuse import Reuse
-from knowtrace_train.selftrain.rollout import run_rollouts
+from knowtrace_train.selftrain.rollout import pass_at_samples, run_rollouts
 from knowtrace_train.stages import Processes, StageRunner
 from knowtrace_train.trajectory import read_trajectories
 
@@ -248,23 +249,36 @@ class SelfTrain(Bootstrap, Reuse):
     def strategy_config(self, state: ModelState, seed: int) -> StrategyConfig:
         return strategy_config(self.config, state, seed)
 
+    def sampling(self, state: ModelState, seed: int, rollout: bool) -> tuple[StrategyConfig, int]:
+        """The strategy and samples per question of an iteration's rollout (`rollout`: `rollout.*`), or of an
+        evaluation (the strategy's own decoding, one trajectory per question)."""
+        if rollout:
+            return rollout_strategy_config(self.config, state, seed), self.config.rollout.samples
+        return self.strategy_config(state, seed), 1
+
     def _rollout(self, state: ModelState, items: Sequence[QAItem], out: Path, seed: int, desc: str,
-                 iteration: int | None) -> dict[str, Any]:
+                 iteration: int | None, rollout: bool = False) -> dict[str, Any]:
         from knowtrace_train.generation import build_generator
 
         gen_cfg = self.generator_config(state)
         make = self.make_generator or build_generator
-        strategy = self.strategy_config(state, seed)
+        strategy, samples = self.sampling(state, seed, rollout)
         trajs = run_rollouts(
             items, out, strategy, lambda: make(gen_cfg), self.retriever,
             chunk_size=self.config.chunk_size, procs=self.procs, iteration=iteration, desc=desc,
-            progress=self.progress,
+            progress=self.progress, samples=samples,
         )
-        s = summarize(trajs, kinds=[question_kind(it) for it in items], evidence=evidence_check(strategy),
-                      seed=self.config.seed)
+        s = summarize(trajs, kinds=[question_kind(it) for it in items for _ in range(samples)],
+                      evidence=evidence_check(strategy), seed=self.config.seed)
+        solved = pass_at_samples(trajs)
         return {
             "model": state.name,
-            "questions": s.questions,
+            "questions": len(items),
+            "samples": samples,
+            "trajectories": len(trajs),
+            # questions with at least one correct sample (pass@G; with one sample, the correct count)
+            "solved": solved["solved"],
+            "pass_at_samples": solved["pass_at_samples"],
             "correct": int(round(sum(t.em or 0.0 for t in trajs))),
             "em": s.em,
             "f1": s.f1,
@@ -277,15 +291,17 @@ class SelfTrain(Bootstrap, Reuse):
         }
 
     def _rollout_stage(self, folder: Path, name: str, stage: str, state: ModelState, items: Sequence[QAItem],
-                       filename: str, seed: int, desc: str, iteration: int | None) -> dict[str, Any]:
-        """A rollout as a stage of `folder`; taken from the reuse cache (stage `stage`) where `state` is
-        the raw base or M0 and a run made the same trajectories already (see reuse.py)."""
+                       filename: str, seed: int, desc: str, iteration: int | None,
+                       rollout: bool = False) -> dict[str, Any]:
+        """A rollout as a stage of `folder` (`rollout`: an iteration's, with `rollout.*`; else an evaluation);
+        taken from the reuse cache (stage `stage`) where `state` is the raw base or M0 and a run made the
+        same trajectories already (see reuse.py)."""
         def inputs():
             model = self.weights_identity(state)
-            return None if model is None else self.generation_inputs(model, items, state, seed, iteration)
+            return None if model is None else self.generation_inputs(model, items, state, seed, iteration, rollout)
 
         return self.reusable_stage(folder, name, stage, inputs, lambda: self._rollout(
-            state, items, folder / filename, seed, desc, iteration), [filename])
+            state, items, folder / filename, seed, desc, iteration, rollout), [filename])
 
     def _eval(self, folder: Path, state: ModelState, seed: int, iteration: int | None) -> dict[str, Any]:
         return self._rollout_stage(folder, "eval", "eval", state, self.questions.dev, "eval.jsonl", seed,
@@ -335,7 +351,11 @@ class SelfTrain(Bootstrap, Reuse):
         folder = self.run_dir / f"iter_{z}"
         seed = cfg.strategy.seed + z
         roll = self._rollout_stage(folder, "rollout", "rollout", prev, self.questions.rollout, "rollouts.jsonl", seed,
-                                   f"iter {z} rollout", z)
+                                   f"iter {z} rollout", z, rollout=True)
+        if roll.get("samples", 1) > 1:
+            log.info("iteration %d rollouts: %d of %d trajectories correct; %d of %d questions solved by one of "
+                     "their %d samples (pass@%d %.3f)", z, roll["correct"], roll["trajectories"], roll["solved"],
+                     roll["questions"], roll["samples"], roll["samples"], roll["pass_at_samples"] or 0.0)
         bt = self.stages.run(folder, "rationalize", lambda: self._rationalize(folder, z))
         records = {k: read_records(folder / f"sft_{k}.jsonl") for k in self.record_kinds()}
         groups = self._records_per_adapter(records)

@@ -47,6 +47,14 @@ def strategy_config(config: SelfTrainConfig, state: ModelState, seed: int) -> St
     return method.with_seed(method.for_model(config.strategy, state.trained, config.fewshot_trained), seed)
 
 
+def rollout_strategy_config(config: SelfTrainConfig, state: ModelState, seed: int) -> StrategyConfig:
+    """`strategy_config` at the rollouts' temperature (`rollout.temperature`, where set)."""
+    strategy = strategy_config(config, state, seed)
+    if config.rollout.temperature is None:
+        return strategy
+    return dataclasses.replace(strategy, temperature=float(config.rollout.temperature))
+
+
 @dataclass(frozen=True)
 class RunModel:
     """The model of one iteration of a run folder, with the settings the loop evaluated it with."""

@@ -284,7 +284,7 @@ class Reuse:
         return None
 
     def generation_inputs(self, model: Mapping[str, Any], items, state, seed: int,
-                          iteration: int | None) -> dict[str, Any]:
+                          iteration: int | None, rollout: bool = False) -> dict[str, Any]:
         """What a model's trajectories over `items` depend on. Left out: batch sizes, chunk_size and
         the processes count (they change batching only), the run's name, mode, iterations, train.*."""
         import torch
@@ -293,11 +293,13 @@ class Reuse:
 
         factory = self.make_generator
         gen = self.generator_config(state)
+        strategy, samples = self.sampling(state, seed, rollout)
         return {
             "model": dict(model),
             "questions": {"count": len(items), "sha256": digest([it.to_dict() for it in items])},
             "iteration": iteration,
-            "strategy": config_to_dict(self.strategy_config(state, seed)),
+            "strategy": config_to_dict(strategy),
+            "samples": samples,
             "generator": settings(gen, GENERATOR_NOT_IN_KEY),
             # what "auto" resolves to here: CPU and GPU decode in other precisions, CPUs with and without bf16 too
             "device": gen.device if gen.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu"),
