@@ -15,7 +15,7 @@ object (with those comparisons under "between").
 Several runs of one mode are the seeds of one arm (`recipes/selftrain.py --seeds 0,1,2` writes them as
 RUN/seed_<s>):
 
-    python scripts/compare_runs.py runs/scale_bt/seed_* runs/scale_star/seed_* --out runs/scale_seeds.png
+    python scripts/compare_runs.py runs/scale/backtrace/seed_* runs/scale/star/seed_* --out runs/scale_seeds.png
 
 Then it prints, per arm and model, the mean dev EM over the seeds with its 95% interval, each seed's EM and the
 pooled paired test against M0; and each arm against the first on the seeds both ran (knowtrace_train/arms.py:

@@ -36,6 +36,8 @@ SMALL_EVAL = ["--limit", "2", "--generator.model", "{tiny}", "--generator.max_co
 SMALL_COMPARE = ["--limit", "1", "--generator.model", "{tiny}"]
 #: size overrides for a self-training run of 1 (2) iterations: tiny_overrides without its run folder (the README names it)
 SMALL_RUN, SMALL_RUN_2 = "selftrain:1", "selftrain:2"
+#: the same for a run over seeds: two seeds of one iteration (the README's own --seeds overridden)
+SMALL_SEEDS = "selftrain:1:0,1"
 
 NOT_RUN_HERE = "not run here: "
 PLAN: dict[str, list[str] | str] = {
@@ -94,11 +96,11 @@ PLAN: dict[str, list[str] | str] = {
         NOT_RUN_HERE + "four GPUs (tests/test_selftrain.py validates the paper config's batches for 1-8 processes)",
     "python scripts/compare_runs.py runs/selftrain_default runs/star --out runs/figure2.png": [],
     "python scripts/export.py runs/selftrain_default --iteration 2": ["--prompts", "1", "--max-new-tokens", "4"],
-    "python recipes/selftrain.py --config recipes/configs/selftrain_world_scale.yaml --mode backtrace --data.train_questions 200 --data.dev_questions 100 --eval_base false --threads 1 --output_dir runs/scale_backtrace":
-        SMALL_RUN,
-    "python recipes/selftrain.py --config recipes/configs/selftrain_world_scale.yaml --mode star --data.train_questions 200 --data.dev_questions 100 --eval_base false --threads 1 --output_dir runs/scale_star":
-        SMALL_RUN,
-    "python scripts/compare_runs.py runs/scale_backtrace runs/scale_star --out runs/scale.png": [],
+    "python recipes/selftrain.py --config recipes/configs/selftrain_world_scale.yaml --mode backtrace --seeds 0,1,2 --data.train_questions 200 --data.dev_questions 100 --eval_base false --threads 1 --output_dir runs/scale/backtrace":
+        SMALL_SEEDS,
+    "python recipes/selftrain.py --config recipes/configs/selftrain_world_scale.yaml --mode star --seeds 0,1,2 --data.train_questions 200 --data.dev_questions 100 --eval_base false --threads 1 --output_dir runs/scale/star":
+        SMALL_SEEDS,
+    "python scripts/compare_runs.py runs/scale/backtrace/seed_* runs/scale/star/seed_* --kind bridge --out runs/scale_seeds.png": [],
     # -- the HTML report
     "python scripts/report.py runs/selftrain_default --out runs/selftrain_default/report.html": [],
     "python scripts/report.py runs/selftrain_default runs/selftrain_star --out runs/compare.html": [],
@@ -139,11 +141,13 @@ def _argv(command: str, tiny: Path, tmp: Path) -> list[str]:
     assert argv[0] == "python", command
     argv = argv[1:]
     plan = PLAN[command]
-    if plan in (SMALL_RUN, SMALL_RUN_2):
-        small = tiny_overrides(tmp, tiny, iterations=int(plan.split(":")[1]))
+    if plan in (SMALL_RUN, SMALL_RUN_2, SMALL_SEEDS):
+        _, iterations, *seeds = plan.split(":")
+        small = tiny_overrides(tmp, tiny, iterations=int(iterations))
         i = small.index("--output_dir")
         del small[i : i + 2]  # the README's folder (or runs/<name>) stays
-        extra = [*small, "--data.train_questions", "4", "--data.dev_questions", "3", "--bootstrap.questions", "4"]
+        extra = [*small, "--data.train_questions", "4", "--data.dev_questions", "3", "--bootstrap.questions", "4",
+                 *(["--seeds", seeds[0]] if seeds else [])]
     else:
         extra = [a.replace("{tiny}", str(tiny)) for a in plan]
     argv = [a.replace("RUN/", "runs/selftrain_default/") for a in argv]
@@ -213,7 +217,7 @@ def test_the_readme_commands_run(tmp_path, tiny_model_dir, monkeypatch, capsys):
     assert not failed, "\n\n".join(failed)
     # what the commands were for: the files the README says they write
     for path in ("runs/eval/world_dev.jsonl", "runs/selftrain_default/summary.json", "runs/star/summary.json",
-                 "runs/figure2.png", "runs/scale.png", "runs/selftrain_default/export", "runs/selftrain_default/report.html",
+                 "runs/figure2.png", "runs/scale_seeds.png", "runs/selftrain_default/export", "runs/selftrain_default/report.html",
                  "runs/eval/dog_r1.jsonl", "runs/eval/trace_world_triple.jsonl", "runs/eval/world_mintqa_rag.jsonl"):
         assert (checkout / path).exists(), path
     if skipped:
