@@ -166,15 +166,18 @@ def compare_arms(arms: Sequence[Arm], *, kind: str | None = None, seed: int = 0)
         rows = []
         if arm.runs:
             planned = max(int(s.get("iterations_planned") or 0) for s in arm.runs)
+            m0_em: list[list[float]] = []
             for z in range(planned + 1):
                 ids, em = _em_table(arm.runs, z, keep)
+                if z == 0:
+                    m0_em = em
                 per_question = [sum(col) / len(col) for col in zip(*em)]
                 iv = bootstrap_interval(per_question, seed=seed)
                 row = {"iteration": z, "n": len(ids), "em_mean": iv.mean,
                        "em_interval": None if iv.low is None else [iv.low, iv.high],
                        "em_by_seed": {str(sd): sum(e) / len(e) for sd, e in zip(arm.seeds, em)}}
                 if z > 0:
-                    row["vs_m0"] = dataclasses.asdict(pooled_paired_test(_em_table(arm.runs, 0, keep)[1], em, seed=seed))
+                    row["vs_m0"] = dataclasses.asdict(pooled_paired_test(m0_em, em, seed=seed))
                 rows.append(row)
         out["arms"].append({"mode": arm.mode, "seeds": arm.seeds, "incomplete": arm.incomplete, "models": rows})
     ref = arms[0] if arms else None

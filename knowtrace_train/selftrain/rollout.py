@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import shutil
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from knowtrace_train.data.schema import QAItem
 from knowtrace_train.generation.base import Generator, request_seed
@@ -46,9 +46,9 @@ def sample_suffix(sample: int) -> str:
     return f"#s{sample}"
 
 
-def sample_of(traj: Trajectory) -> int | None:
-    """The sample index of a trajectory of a G-sample rollout (`meta["sample"]`), None for a one-sample rollout's."""
-    k = traj.meta.get("sample")
+def sample_of(meta: Mapping[str, Any] | None) -> int | None:
+    """The sample index a trajectory's `meta` holds in a G-sample rollout, None for a one-sample rollout's."""
+    k = (meta or {}).get("sample")
     return k if isinstance(k, int) else None
 
 
@@ -92,7 +92,7 @@ def run_rollouts(
 
     if out.is_file():
         done = read_trajectories(out)
-        if [(t.question_id, sample_of(t)) for t in done] == keys(items):
+        if [(t.question_id, sample_of(t.meta)) for t in done] == keys(items):
             return done
         raise ValueError(f"{out} holds other questions (or another number of samples) than this stage's; "
                          "remove it to rerun the stage")
@@ -109,7 +109,7 @@ def run_rollouts(
             part = parts / f"{c:05d}.jsonl"
             if part.is_file():
                 trajs = read_trajectories(part)
-                if [(t.question_id, sample_of(t)) for t in trajs] != keys(chunk):
+                if [(t.question_id, sample_of(t.meta)) for t in trajs] != keys(chunk):
                     raise ValueError(f"{part} holds other questions than chunk {c}; remove {parts} to rerun the stage")
             else:
                 if generator is None:
@@ -125,8 +125,7 @@ def run_rollouts(
                             t.meta = {**t.meta, "sample": k}
                         local.append(t)
                 gathered = procs.gather([t.to_dict() for t in local])
-                by_key = {(d["question_id"], (d.get("meta") or {}).get("sample")): d
-                          for rank_rows in gathered for d in rank_rows}
+                by_key = {(d["question_id"], sample_of(d.get("meta"))): d for rank_rows in gathered for d in rank_rows}
                 rows = [by_key[key] for key in keys(chunk)]
                 if procs.is_main:
                     write_jsonl(part, rows)
