@@ -76,6 +76,11 @@ def test_star_and_paper_configs_load():
     assert star.mode == "star" and star.name == "selftrain_star"
     assert {k: v for k, v in vars(star).items() if k not in ("mode", "name")} == {
         k: v for k, v in vars(SelfTrainConfig()).items() if k not in ("mode", "name")}
+    kto = load_config(SelfTrainConfig, CONFIGS / "selftrain_kto.yaml")
+    kto.validate()
+    assert kto.mode == "kto" and kto.kto.undesirable == ["incorrect"] and kto.kto.undesirable_per_desirable == 1.0
+    assert {k: v for k, v in vars(kto).items() if k not in ("mode", "name", "kto")} == {
+        k: v for k, v in vars(SelfTrainConfig()).items() if k not in ("mode", "name", "kto")}
     paper = load_config(SelfTrainConfig, CONFIGS / "selftrain_paper_gpu.yaml")
     assert paper.generator.backend == "vllm" and "Llama-3" in paper.generator.model
     assert paper.data.train_questions == 5000 and paper.strategy.passages == 5 and paper.retriever.backend == "bm25"

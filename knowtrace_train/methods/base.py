@@ -62,7 +62,8 @@ class Strategy(Protocol):
 
 class Rationale(Protocol):
     """What a rationalizer returns: SFT records per record kind ({"prompt", "completion", "role",
-    "trajectory_id", "iteration"}) and JSON-able statistics with at least `mode`, `trajectories`,
+    "trajectory_id", "iteration"}, and a boolean "label" where undesirable records were asked for) and
+    JSON-able statistics with at least `mode`, `trajectories`,
     `correct`, `skipped`, `records`, `tokens_all`, `tokens_filtered`, `fa_ratio` (None where the
     rationalizer filters nothing) and `roles` ({kind: {"fa_ratio", ...}})."""
 
@@ -71,7 +72,9 @@ class Rationale(Protocol):
 
 
 class Rationalizer(Protocol):
-    """Correct trajectories -> SFT records per record kind, and the FA ratio."""
+    """Correct trajectories -> SFT records per record kind, and the FA ratio; with `undesirable` sources
+    ("incorrect": the calls of wrong trajectories; "filtered": calls a filtering rationalizer drops), the
+    undesirable calls too, every record labelled (preference training)."""
 
     def __call__(
         self,
@@ -83,6 +86,7 @@ class Rationalizer(Protocol):
         fewshot: bool,
         iteration: int | None,
         passages: Mapping[str, Passage],
+        undesirable: Iterable[str] = (),
     ) -> Rationale: ...
 
 

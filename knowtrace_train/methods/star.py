@@ -6,6 +6,10 @@ not defined (None); the output tokens are counted all the same. A trajectory of 
 not trained on here (its prompts show the hint, and a generic method cannot take it out), nor is a
 call that failed or wrote nothing. `fewshot` is not applied: a generic method's prompts are kept
 as they were sent.
+
+With `undesirable` holding "incorrect" (preference training), every call of a wrong, unhinted
+trajectory is a record too, labelled false (the kept ones true); "filtered" adds nothing here, since
+nothing is filtered.
 """
 
 from __future__ import annotations
@@ -33,33 +37,48 @@ def star_records(
     fewshot: bool = True,
     iteration: int | None = None,
     passages: Mapping[str, Passage] | None = None,
+    undesirable: Iterable[str] = (),
 ) -> StarResult:
-    """Records {"prompt", "completion", "role", "trajectory_id", "iteration"} per call role."""
+    """Records {"prompt", "completion", "role", "trajectory_id", "iteration"} per call role (and "label"
+    where `undesirable` asks for the wrong trajectories' calls too)."""
+    undesirable = frozenset(undesirable)
+    labelled = bool(undesirable)
     records: dict[str, list[dict[str, Any]]] = defaultdict(list)
     tokens: Counter[str] = Counter()
     skipped: Counter[str] = Counter()
+    unwanted: Counter[str] = Counter()
     n = correct = 0
     for traj in trajectories:
         n += 1
-        if not is_correct(traj):
-            skipped["incorrect"] += 1
-            continue
-        correct += 1
+        ok = is_correct(traj)
         item = items_by_id.get(traj.question_id)
-        if item is not None and item.question.strip() != traj.question.strip():
-            skipped["hinted"] += 1
-            continue
+        hinted = item is not None and item.question.strip() != traj.question.strip()
+        if not ok:
+            skipped["incorrect"] += 1
+            if "incorrect" not in undesirable or hinted:
+                continue
+        else:
+            correct += 1
+            if hinted:
+                skipped["hinted"] += 1
+                continue
         for call in sorted(traj.calls, key=lambda c: c.index):
             if call.error or not call.output.strip() or not isinstance(call.prompt, str):
                 continue
-            tokens[call.role] += count_tokens(call.output)
-            records[call.role].append({
+            if ok:
+                tokens[call.role] += count_tokens(call.output)
+            else:
+                unwanted[call.role] += 1
+            rec = {
                 "prompt": call.prompt,
                 "completion": call.output,
                 "role": call.role,
                 "trajectory_id": traj.id,
                 "iteration": iteration if iteration is not None else traj.iteration,
-            })
+            }
+            if labelled:
+                rec["label"] = ok
+            records[call.role].append(rec)
     stats = {
         "mode": "star",
         "trajectories": n,
@@ -71,4 +90,7 @@ def star_records(
         "fa_ratio": None,
         "roles": {r: {"tokens_all": t, "tokens_filtered": 0, "fa_ratio": None} for r, t in sorted(tokens.items())},
     }
+    if labelled:
+        stats["undesirable"] = {"sources": sorted(undesirable), "records": dict(sorted(unwanted.items())),
+                                "by_source": {r: {"incorrect": c} for r, c in sorted(unwanted.items())}, "skipped": {}}
     return StarResult(records_by_role=dict(records), stats=stats)

@@ -18,7 +18,7 @@ from knowtrace_train.generation import GeneratorConfig, check_generator_installe
 from knowtrace_train.methods import StrategyConfig, get_method
 from knowtrace_train.methods.knowtrace import KnowTraceConfig, MaxNewTokensConfig
 from knowtrace_train.retrieval import RetrieverConfig, check_retriever_installed
-from knowtrace_train.train.config import gradient_accumulation_for, launched_processes
+from knowtrace_train.train.config import KTOSettings, gradient_accumulation_for, launched_processes
 from knowtrace_train.train.lora import LoraTrainConfig, check_qlora
 from knowtrace_train.train.precision import training_device
 
@@ -26,6 +26,18 @@ BOOTSTRAP_MODES = ("auto", "always", "never")
 #: The section of a run folder's config.yaml that records the launch (not a SelfTrainConfig key).
 LAUNCH_KEY = "launch"
 ON_EMPTY = ("stop", "continue")
+#: Learning modes beyond the method's rationalizers (DESIGN.md: a mode picks a rationalizer and a trainer):
+#: mode -> (the rationalizers that label its records, the first the method has; its trainer). A mode that names a
+#: rationalizer trains SFT on that rationalizer's records.
+PREFERENCE_MODES = {"kto": (("backtrace", "star"), "kto")}
+
+
+def learning_mode(mode: str, rationalizers) -> tuple[str, str]:
+    """(rationalizer, trainer) of a run's `mode` for a method with `rationalizers` (names)."""
+    if mode in PREFERENCE_MODES:
+        names, trainer = PREFERENCE_MODES[mode]
+        return next(n for n in names if n in rationalizers), trainer
+    return mode, "sft"
 
 
 @dataclass
@@ -146,7 +158,8 @@ class SelfTrainConfig:
     iterations: int = field(default=2, metadata={"help": "Z, self-training iterations"})
     mode: str = field(
         default="backtrace",
-        metadata={"help": "the rationalizer: 'backtrace' (KnowTrace*: filtered generations) or 'star' (correct trajectories whole)"},
+        metadata={"help": "what an iteration learns: 'backtrace' (SFT on the calls backtracing keeps, KnowTrace*), 'star' "
+                          "(SFT on correct trajectories whole) or 'kto' (KTO: kept calls desirable, `kto.undesirable` ones not)"},
     )
     fewshot_trained: bool = field(
         default=False,
@@ -192,6 +205,9 @@ class SelfTrainConfig:
     rollout: RolloutConfig = field(
         default_factory=RolloutConfig, metadata={"help": "each iteration's rollouts: samples per question and their temperature"}
     )
+    kto: KTOSettings = field(
+        default_factory=KTOSettings, metadata={"help": "mode: kto's preference training (read only in that mode)"}
+    )
     grid: dict[str, list[Any]] = field(
         default_factory=dict,
         metadata={"help": "hyper-parameter search: dotted key -> values; every combination runs in <run folder>/<point>"},
@@ -203,9 +219,13 @@ class SelfTrainConfig:
     def __post_init__(self) -> None:
         if self.iterations < 0:
             raise ValueError(f"iterations must be >= 0, got {self.iterations}")
-        modes = get_method(self.strategy.name).rationalizers()
+        rationalizers = get_method(self.strategy.name).rationalizers()
+        modes = [*rationalizers, *PREFERENCE_MODES]
         if self.mode not in modes:
-            raise ValueError(f"mode must be one of {list(modes)} for method {self.strategy.name!r}, got {self.mode!r}")
+            raise ValueError(f"mode must be one of {modes} for method {self.strategy.name!r}, got {self.mode!r}")
+        if learning_mode(self.mode, rationalizers) == ("star", "kto") and "filtered" in self.kto.undesirable:
+            raise ValueError(f"kto.undesirable: 'filtered' needs a rationalizer that filters (backtrace); method "
+                             f"{self.strategy.name!r} has {list(rationalizers)}")
         if self.on_empty not in ON_EMPTY:
             raise ValueError(f"on_empty must be one of {list(ON_EMPTY)}, got {self.on_empty!r}")
         if self.chunk_size < 1:
@@ -236,6 +256,9 @@ class SelfTrainConfig:
                     raise ValueError(f"{where}: {e}") from None
         if self.generator.adapters:
             raise ValueError("generator.adapters must be empty: the loop sets each iteration's adapters itself")
+        if self.mode in PREFERENCE_MODES and self.train.prompt_format != "chat":
+            raise ValueError(f"mode: {self.mode} needs train.prompt_format: chat (TRL tokenizes a plain prompt and its "
+                             "completion as one text, and their tokens merge across the boundary)")
         self._check_rollout()
         check_retriever_installed(self.retriever)
         check_generator_installed(self.generator)
@@ -265,7 +288,10 @@ class SelfTrainConfig:
         """Every training section, at every grid point that changes its batch settings, must divide its
         effective batch among `processes` (checked before any work, not at the grid point that fails)."""
         names = ("effective_batch_size", "per_device_batch_size", "gradient_accumulation_steps")
-        for where, tc in (("train", self.train), ("bootstrap.train", self.bootstrap.train)):
+        sections = [("train", self.train), ("bootstrap.train", self.bootstrap.train)]
+        if self.mode in PREFERENCE_MODES:  # KTO trains kto.batch_size records per forward pass
+            sections[0] = ("train", dataclasses.replace(self.train, per_device_batch_size=self.kto.batch_size))
+        for where, tc in sections:
             keys = [k for k in self.grid if k.rpartition(".")[0] == where and k.rpartition(".")[2] in names]
             for values in itertools.product(*(self.grid[k] for k in keys)):
                 changes = {k.rpartition(".")[2]: v for k, v in zip(keys, values)}
@@ -293,4 +319,4 @@ def read_run_config(path: str | Path) -> SelfTrainConfig:
     return load_config(SelfTrainConfig, path, data=data)
 
 
-__all__ = ["LAUNCH_KEY", "BootstrapConfig", "DataConfig", "SelfTrainConfig", "read_run_config"]
+__all__ = ["LAUNCH_KEY", "PREFERENCE_MODES", "learning_mode", "BootstrapConfig", "DataConfig", "SelfTrainConfig", "read_run_config"]

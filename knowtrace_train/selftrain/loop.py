@@ -51,7 +51,7 @@ from knowtrace_train.methods import Method, StrategyConfig, get_method
 from knowtrace_train.pairing import compare_evals
 from knowtrace_train.metrics import question_kind
 from knowtrace_train.selftrain.bootstrap import Bootstrap
-from knowtrace_train.selftrain.config import SelfTrainConfig
+from knowtrace_train.selftrain.config import SelfTrainConfig, learning_mode
 from knowtrace_train.selftrain.folder import check_same_config, run_config_text
 from knowtrace_train.selftrain.models import (
     ModelState, generator_config, read_records, rollout_strategy_config, run_relative, strategy_config)
@@ -361,9 +361,10 @@ class SelfTrain(Bootstrap, Reuse):
         groups = self._records_per_adapter(records)
         base = Path(m0.model) if m0.name == "M0" else self.base_path
         train_info: dict[str, dict[str, Any]] = {}
+        trainer = self.learning_mode[1]
         for i, (adapter, recs) in enumerate(groups.items()):
             train_info[adapter] = self.stages.run(folder, f"train_{adapter}", lambda a=adapter, r=recs, i=i: self._train(
-                folder, a, r, base, cfg.train, seed=cfg.seed * 1000 + z * 10 + i))
+                folder, a, r, base, cfg.train, seed=cfg.seed * 1000 + z * 10 + i, trainer=trainer))
         adapters = {a: str(folder / "adapters" / a) for a, t in train_info.items() if t.get("records", 0) > 0}
         status = "trained"
         stop = False
@@ -411,11 +412,12 @@ class SelfTrain(Bootstrap, Reuse):
         cfg = self.config
         info: dict[str, Any] = {}
         if self.procs.is_main:
-            rationalize = self.method.rationalizers()[cfg.mode]
-            res = rationalize(
+            name, trainer = self.learning_mode
+            res = self.method.rationalizers()[name](
                 read_trajectories(folder / "rollouts.jsonl"), self.items_by_id, strategy=cfg.strategy,
                 count_tokens=self.count_tokens, fewshot=cfg.fewshot_trained, iteration=z,
                 passages={p.id: p for p in self.corpus},
+                **({"undesirable": cfg.kto.undesirable} if trainer == "kto" else {}),
             )
             self._write_records(folder, res.records_by_role)
             write_json(folder / "rationale.json", res.stats)
@@ -423,6 +425,8 @@ class SelfTrain(Bootstrap, Reuse):
             info = {k: st.get(k) for k in ("mode", "trajectories", "correct", "backtraced", "skipped", "fa_ratio",
                                             "tokens_all", "tokens_filtered", "records")}
             info["fa_by_role"] = {r: v.get("fa_ratio") for r, v in st.get("roles", {}).items()}
+            if "undesirable" in st:
+                info["undesirable"] = st["undesirable"]
         return self.procs.broadcast(info)
 
     def _write_records(self, folder: Path, records_by_role: Mapping[str, list[dict[str, Any]]]) -> None:
@@ -431,20 +435,37 @@ class SelfTrain(Bootstrap, Reuse):
         for k in dict.fromkeys([*self.record_kinds(), *records_by_role]):
             write_jsonl(folder / f"sft_{k}.jsonl", records_by_role.get(k, []))
 
+    @property
+    def learning_mode(self) -> tuple[str, str]:
+        """(rationalizer, trainer) of the config's `mode`."""
+        return learning_mode(self.config.mode, self.method.rationalizers())
+
     def _train(self, folder: Path, adapter: str, records: list[dict[str, Any]], base: Path, tc, seed: int,
-               subdir: str = "adapters") -> dict[str, Any]:
+               subdir: str = "adapters", trainer: str = "sft") -> dict[str, Any]:
         # An empty output (a completion that found nothing, kept whole in mode "star") teaches
         # nothing the end-of-sequence token does not: such records are not trained on, only counted.
-        rows = [{"prompt": r["prompt"], "completion": r["completion"]} for r in records
+        keys = ("prompt", "completion", "label") if trainer == "kto" else ("prompt", "completion")
+        rows = [{k: r[k] for k in keys if k in r} for r in records
                 if isinstance(r.get("completion"), str) and r["completion"].strip()]
         empty = len(records) - len(rows)
+        if trainer == "kto" and not any(r.get("label") for r in rows):
+            log.warning("%s: no desirable records for the %s adapter; the role runs on M0", folder.name, adapter)
+            return {"records": 0, "empty_completions": empty, "undesirable": len(rows)}
         if not rows:
             log.warning("%s: no records for the %s adapter; the role runs on M0", folder.name, adapter)
             return {"records": 0, "empty_completions": empty}
-        from knowtrace_train.train.lora import train_role
+        extra: dict[str, Any] = {}
+        if trainer == "kto":
+            from knowtrace_train.train.kto import train_role_kto
 
-        res = train_role(base, rows, folder / subdir / adapter, dataclasses.replace(tc, seed=seed), role=adapter)
+            res, extra["kto"] = train_role_kto(base, rows, folder / subdir / adapter, dataclasses.replace(tc, seed=seed),
+                                               self.config.kto, role=adapter)
+        else:
+            from knowtrace_train.train.lora import train_role
+
+            res = train_role(base, rows, folder / subdir / adapter, dataclasses.replace(tc, seed=seed), role=adapter)
         return {
+            **extra,
             "records": res.records,
             "empty_completions": empty,
             "skipped_records": res.skipped_records,

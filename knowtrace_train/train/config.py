@@ -126,6 +126,65 @@ class LoraTrainConfig:
         return cls(**dict(d))
 
 
+#: where undesirable records come from (the rationalizer's sources): the calls of wrong trajectories, and the
+#: calls backtracing drops whole from correct ones
+UNDESIRABLE_SOURCES = ("incorrect", "filtered")
+
+
+@dataclass
+class KTOSettings:
+    """Preference training of `mode: kto` (TRL's KTOTrainer, Ethayarajh et al. 2024): per role adapter, from M0
+    with M0 as the reference (the adapter disabled: no second model in memory). Desirable records are the
+    calls backtracing keeps in correct trajectories; undesirable ones come from `undesirable`. The LoRA
+    settings (rank, rate, epochs, effective batch) are the `train:` section's."""
+
+    beta: float = field(default=0.1, metadata={"help": "KTO's beta: how far the adapter may move from M0 (TRL's default)"})
+    undesirable: list[str] = field(
+        default_factory=lambda: ["incorrect"],
+        metadata={"help": "undesirable records: 'incorrect' (every call of a wrong trajectory) and/or 'filtered' "
+                          "(calls backtracing drops whole from correct trajectories)"},
+    )
+    desirable_weight: float | None = field(
+        default=None,
+        metadata={"help": "weight of the desirable losses (None: balanced per role, so desirable x weight equals "
+                          "undesirable x undesirable_weight, TRL's guidance for unbalanced data)"},
+    )
+    undesirable_weight: float = field(default=1.0, metadata={"help": "weight of the undesirable losses"})
+    batch_size: int = field(
+        default=4,
+        metadata={"help": "records per forward pass (>= 2: KTO estimates its KL term from the batch's mismatched pairs)"},
+    )
+    undesirable_per_desirable: float | None = field(
+        default=None,
+        metadata={"help": "train on at most this many undesirable records per desirable one, per role, drawn with the "
+                          "training seed (None: all; the records files keep all of them). A KTO step costs about "
+                          "twice an SFT step per record (the reference and KL passes)"},
+    )
+
+    def __post_init__(self) -> None:
+        if isinstance(self.beta, bool) or not isinstance(self.beta, (int, float)) or self.beta <= 0:
+            raise ValueError(f"kto.beta must be a positive number, got {self.beta!r}")
+        if isinstance(self.undesirable, str) or not isinstance(self.undesirable, (list, tuple)):
+            raise ValueError(f"kto.undesirable must be a list of sources among {list(UNDESIRABLE_SOURCES)}, "
+                             f"got {self.undesirable!r}")
+        unknown = [u for u in self.undesirable if u not in UNDESIRABLE_SOURCES]
+        if unknown:
+            raise ValueError(f"kto.undesirable: unknown source(s) {unknown}; known: {list(UNDESIRABLE_SOURCES)}")
+        self.undesirable = list(dict.fromkeys(self.undesirable))
+        for name in ("desirable_weight", "undesirable_weight"):
+            v = getattr(self, name)
+            if v is None and name == "desirable_weight":
+                continue
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0:
+                raise ValueError(f"kto.{name} must be a positive number{' or null' if name == 'desirable_weight' else ''}, got {v!r}")
+        r = self.undesirable_per_desirable
+        if r is not None and (isinstance(r, bool) or not isinstance(r, (int, float)) or r <= 0):
+            raise ValueError(f"kto.undesirable_per_desirable must be a positive number or null, got {r!r}")
+        if isinstance(self.batch_size, bool) or not isinstance(self.batch_size, int) or self.batch_size < 2:
+            raise ValueError(f"kto.batch_size must be an integer >= 2 (KTO estimates its KL term within a batch), "
+                             f"got {self.batch_size!r}")
+
+
 def gradient_accumulation_for(config: LoraTrainConfig, processes: int) -> int:
     """Forward passes per optimizer step for `processes` data-parallel processes: `gradient_accumulation_steps`,
     or, where `effective_batch_size` is set, effective_batch_size / (per_device_batch_size x processes), so the

@@ -85,16 +85,14 @@ def render_prompt_ids(tokenizer, prompt: str | Sequence[Mapping[str, str]], prom
     raise ValueError(f"unknown prompt_format {prompt_format!r}; expected one of {PROMPT_FORMATS}")
 
 
-def encode_record(
+def record_texts(
     tokenizer, prompt: str | Sequence[Mapping[str, str]], completion: str, prompt_format: str
-) -> tuple[list[int], list[int]]:
-    """(prompt_ids, completion_ids) of one record; prompt_ids is `render_prompt_ids`, unchanged.
-
-    chat: the completion is the assistant turn as the chat template closes it, up to and including the first
-    end-of-sequence token (the generator stops there). plain: the completion's tokens and the EOS token.
-    """
-    prompt_ids = render_prompt_ids(tokenizer, prompt, prompt_format)
-    eos = tokenizer.eos_token_id
+) -> tuple[str, str]:
+    """(prompt text, completion text) as the model reads and writes them. chat: the prompt through the chat template
+    with the assistant turn opened, and the turn as the template closes it, through the end-of-sequence token
+    (where the generator stops); plain: the prompt, and the completion plus EOS. For trainers that tokenize text
+    themselves (TRL's KTO); `encode_record` tokenizes the same texts."""
+    eos = tokenizer.eos_token
     if prompt_format == "chat":
         messages = _messages(prompt)
         head = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
@@ -106,14 +104,30 @@ def encode_record(
                 "the chat template renders the prompt differently with and without the assistant turn, so "
                 f"training would not see what the generator feeds: {head[-80:]!r} vs {full[len(head) - 80 : len(head)]!r}"
             )
-        completion_ids = list(tokenizer(full[len(head) :], add_special_tokens=False)["input_ids"])
-        if eos is not None and eos in completion_ids:
-            completion_ids = completion_ids[: completion_ids.index(eos) + 1]
-    else:
-        completion_ids = list(tokenizer(completion, add_special_tokens=False)["input_ids"])
-        if eos is not None:
-            completion_ids.append(eos)
-    return prompt_ids, completion_ids
+        tail = full[len(head) :]
+        if eos and eos in tail:
+            tail = tail[: tail.index(eos) + len(eos)]
+        return head, tail
+    if prompt_format == "plain":
+        if not isinstance(prompt, str):
+            raise ValueError("prompt_format 'plain' needs a string prompt, got chat messages")
+        return prompt, completion + (eos or "")
+    raise ValueError(f"unknown prompt_format {prompt_format!r}; expected one of {PROMPT_FORMATS}")
+
+
+def encode_record(
+    tokenizer, prompt: str | Sequence[Mapping[str, str]], completion: str, prompt_format: str
+) -> tuple[list[int], list[int]]:
+    """(prompt_ids, completion_ids) of one record; prompt_ids is `render_prompt_ids`, unchanged.
+
+    chat: the completion is the assistant turn as the chat template closes it, up to and including the first
+    end-of-sequence token (the generator stops there). plain: the completion's tokens and the EOS token.
+    """
+    prompt_ids, eos = render_prompt_ids(tokenizer, prompt, prompt_format), tokenizer.eos_token_id
+    if prompt_format != "chat":
+        return prompt_ids, list(tokenizer(completion, add_special_tokens=False)["input_ids"]) + ([eos] if eos is not None else [])
+    completion_ids = list(tokenizer(record_texts(tokenizer, prompt, completion, prompt_format)[1], add_special_tokens=False)["input_ids"])
+    return prompt_ids, completion_ids[: completion_ids.index(eos) + 1] if eos in completion_ids else completion_ids
 
 
 def _messages(prompt: str | Sequence[Mapping[str, str]]) -> list[dict[str, str]]:
@@ -454,7 +468,8 @@ def train_role(
     return result
 
 
-def _save_adapter(peft_model, output_dir: Path, role, base_model_path, config, precision, why, result) -> None:
+def _save_adapter(peft_model, output_dir: Path, role, base_model_path, config, precision, why, result,
+                  extra: Mapping[str, Any] | None = None) -> None:
     if output_dir.exists():
         logger.info("replacing the adapter in %s", output_dir)
     with atomic_dir(output_dir) as tmp:
@@ -467,6 +482,7 @@ def _save_adapter(peft_model, output_dir: Path, role, base_model_path, config, p
             "precision_reason": why,
             "config": asdict(config),
             "result": {k: v for k, v in asdict(result).items() if k != "adapter_dir"},
+            **(extra or {}),
         }
         write_json(tmp / TRAINING_INFO, info)
     logger.info("saved the %s adapter to %s", role, output_dir)

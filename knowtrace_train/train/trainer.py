@@ -1,16 +1,22 @@
-"""The SFT trainer of every role: TRL's SFTTrainer counting the tokens it trains on, with the loss-carrying LM
+"""The trainers of every role: TRL's SFTTrainer (and KTOTrainer for `mode: kto`) counting the tokens it trains on, with the loss-carrying LM
 head on the completion positions only on CPUs (TRL's fused head scores every position there)."""
 
 from __future__ import annotations
 
 
-def counting_trainer_class():
-    """SFTTrainer that counts the non-pad tokens, the loss-carrying tokens and the positions (pad included) of
-    every batch it trains on."""
+def counting_trainer_class(kind: str = "sft"):
+    """TRL's SFTTrainer (`kind` "sft") or KTOTrainer ("kto") counting the non-pad tokens, the loss-carrying
+    tokens and the positions (pad included) of every batch it trains on."""
     import torch
-    from trl import SFTTrainer
 
-    class CountingSFTTrainer(SFTTrainer):
+    if kind == "sft":
+        from trl import SFTTrainer as Base
+    elif kind == "kto":
+        from trl import KTOTrainer as Base
+    else:
+        raise ValueError(f"unknown trainer kind {kind!r}; expected 'sft' or 'kto'")
+
+    class Counting(Base):
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
             self.seen_tokens = 0
@@ -20,8 +26,8 @@ def counting_trainer_class():
         def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
             # TRL's fused LM head scores only the loss-carrying positions where Triton runs (GPUs); elsewhere it
             # scores every position (a third of a CPU step here, prompts being ~90% of the tokens): on the CPU
-            # the head runs on the completion positions only, the same loss
-            if self.accelerator.device.type != "cpu":
+            # the SFT head runs on the completion positions only, the same loss
+            if kind != "sft" or self.accelerator.device.type != "cpu":
                 return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
             return completion_loss(self, model, inputs, return_outputs, num_items_in_batch)
 
@@ -30,7 +36,10 @@ def counting_trainer_class():
                 self.seen_tokens += int(inputs["attention_mask"].sum())
             else:  # padding-free: one flattened row, no pad tokens (pad_to_multiple_of is None)
                 self.seen_tokens += int(inputs["input_ids"].numel())
-            self.seen_completion_tokens += int((inputs["labels"] != -100).sum())
+            if "labels" in inputs:
+                self.seen_completion_tokens += int((inputs["labels"] != -100).sum())
+            elif "completion_mask" in inputs:  # KTO's batches mark the completion instead
+                self.seen_completion_tokens += int(inputs["completion_mask"].sum())
             self.seen_positions += int(inputs["input_ids"].numel())
             return super().training_step(model, inputs, num_items_in_batch)
 
@@ -42,7 +51,8 @@ def counting_trainer_class():
             counts = self.accelerator.reduce(counts, reduction="sum")
             return int(counts[0]), int(counts[1]), int(counts[2])
 
-    return CountingSFTTrainer
+    Counting.__name__ = f"Counting{Base.__name__}"
+    return Counting
 
 
 def completion_loss(trainer, model, inputs, return_outputs=False, num_items_in_batch=None):

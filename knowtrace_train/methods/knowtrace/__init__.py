@@ -34,12 +34,13 @@ from knowtrace_train.trajectory import Trajectory, is_correct
 
 
 def backtrace_records(trajectories, items_by_id, *, strategy: KnowTraceConfig, count_tokens, fewshot, iteration,
-                      passages, mode: str = "backtrace"):
+                      passages, mode: str = "backtrace", undesirable=()):
     """The rationalizer of mode "backtrace" (and KnowTrace's "star": the same accounting, nothing filtered)."""
     from knowtrace_train.methods.knowtrace.backtrace import backtrace_trajectories
 
     return backtrace_trajectories(trajectories, items_by_id, count_tokens=count_tokens, mode=mode,
-                                  path_rule=strategy.path_rule, fewshot=fewshot, iteration=iteration, passages=passages)
+                                  path_rule=strategy.path_rule, fewshot=fewshot, iteration=iteration, passages=passages,
+                                  undesirable=undesirable)
 
 
 def star_records(trajectories, items_by_id, **kw):

@@ -50,6 +50,9 @@ from knowtrace_train.trajectory import Trajectory, is_correct
 log = logging.getLogger(__name__)
 
 MODES = ("backtrace", "star")
+#: where undesirable records (label false, for preference training) come from: the calls of wrong
+#: trajectories, and the calls backtracing drops whole from correct ones
+UNDESIRABLE_SOURCES = ("incorrect", "filtered")
 
 
 # -- the public entry point ------------------------------------------------------------------
@@ -136,10 +139,18 @@ def backtrace_trajectories(
     kg_format: str | None = None,
     iteration: int | None = None,
     passages: Mapping[str, Passage] | None = None,
+    undesirable: Iterable[str] = (),
 ) -> BacktraceResult:
     """Algorithm 2, lines 6-11: keep the correct trajectories, backtrace each, filter its
     generations (mode "backtrace") or keep them all (mode "star"), and write SFT records
     {"prompt", "completion", "role", "trajectory_id", "iteration"} per role.
+
+    `undesirable` (preference training, `mode: kto`) adds records labelled false beside the kept ones
+    (then labelled true): "incorrect", every call of a wrong, unhinted trajectory as the model wrote it
+    (in the canonical output texts; a call the parser could not read has none and is counted); and
+    "filtered", every call backtracing drops whole from a correct trajectory. Each record then carries
+    `"label"`, and `stats["undesirable"]` counts them per role and source. The FA ratio and every other
+    statistic stay over the correct trajectories, whatever `undesirable` holds.
 
     `items_by_id` gives the plain question of hinted (rationalization) rollouts and the
     passages for re-rendered completion prompts (with `passages`). FA counts every output
@@ -148,6 +159,11 @@ def backtrace_trajectories(
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
     if path_rule not in PATH_RULES:
         raise ValueError(f"path_rule must be one of {PATH_RULES}, got {path_rule!r}")
+    undesirable = frozenset(undesirable)
+    unknown = sorted(undesirable - set(UNDESIRABLE_SOURCES))
+    if unknown:
+        raise ValueError(f"undesirable sources must be among {UNDESIRABLE_SOURCES}, got {unknown}")
+    labelled = bool(undesirable)
     items_by_id = items_by_id or {}
     if passages is None:
         passages = {p.id: p for it in items_by_id.values() for p in it.context}
@@ -159,16 +175,47 @@ def backtrace_trajectories(
     n_traj = n_correct = n_ok = n_hinted = prompt_unavailable = 0
     ok_all = ok_filtered = 0  # tokens of the backtraced trajectories alone
     graph_triplets = evidence_triplets = 0
+    unwanted: dict[str, dict[str, int]] = {r: {s: 0 for s in sorted(undesirable)} for r in RECORD_KINDS}
+    unwanted_skipped: dict[str, int] = defaultdict(int)
+
+    def record(fc: FilteredCall, traj: Trajectory, prompt: str, completion: str, label: bool) -> dict[str, Any]:
+        rec = {
+            "prompt": prompt,
+            "completion": completion,
+            "role": fc.role,
+            "trajectory_id": traj.id,
+            "iteration": iteration if iteration is not None else traj.iteration,
+        }
+        if labelled:
+            rec["label"] = label
+        return rec
+
+    def add_undesirable(fc: FilteredCall, traj: Trajectory, question: str, source: str) -> None:
+        if fc.full_output is None:
+            unwanted_skipped["unparsed"] += 1
+            return
+        prompt = training_prompt(fc, traj, question, None, opts, passages)
+        if prompt is None:
+            unwanted_skipped["prompt_unavailable"] += 1
+            return
+        records[fc.role].append(record(fc, traj, prompt, fc.full_output, False))
+        unwanted[fc.role][source] += 1
 
     for traj in trajectories:
         n_traj += 1
-        if not is_correct(traj):
-            reasons[SKIP_INCORRECT] += 1
-            continue
-        n_correct += 1
         item = items_by_id.get(traj.question_id)
         question = item.question if item is not None else traj.question
         hinted = question.strip() != traj.question.strip()
+        if not is_correct(traj):
+            reasons[SKIP_INCORRECT] += 1
+            if "incorrect" in undesirable:
+                if hinted:  # a hinted rerun's failure says little about the plain question
+                    unwanted_skipped["hinted"] += 1
+                else:
+                    for fc in filter_trajectory(traj, None, count_tokens):
+                        add_undesirable(fc, traj, question, "incorrect")
+            continue
+        n_correct += 1
         n_hinted += int(hinted)
         bt = backtrace(traj, path_rule)
         if bt.ok and not any(is_answer_call(c) for c in traj.calls):
@@ -196,19 +243,15 @@ def backtrace_trajectories(
                 ok_all += fc.tokens_all
                 ok_filtered += fc.tokens_filtered
             target = fc.full_output if star else fc.output
+            if bt.ok and not star and target is None and "filtered" in undesirable:
+                add_undesirable(fc, traj, question, "filtered")
             if target is None or (star and not star_ok):
                 continue
             prompt = training_prompt(fc, traj, question, None if star else s_keys, opts, passages)
             if prompt is None:
                 prompt_unavailable += 1
                 continue
-            records[fc.role].append({
-                "prompt": prompt,
-                "completion": target,
-                "role": fc.role,
-                "trajectory_id": traj.id,
-                "iteration": iteration if iteration is not None else traj.iteration,
-            })
+            records[fc.role].append(record(fc, traj, prompt, target, True))
             roles[fc.role].records_written += 1
 
     tokens_all = sum(r.tokens_all for r in roles.values())
@@ -235,5 +278,12 @@ def backtrace_trajectories(
         "records": {r: len(v) for r, v in records.items()},
         "prompt_unavailable": prompt_unavailable,
     }
+    if labelled:
+        stats["undesirable"] = {
+            "sources": sorted(undesirable),
+            "records": {r: sum(v.values()) for r, v in unwanted.items()},
+            "by_source": unwanted,
+            "skipped": dict(sorted(unwanted_skipped.items())),
+        }
     log.info("backtracing: %d/%d correct trajectories backtraced, FA %.3f", n_ok, n_correct, stats["fa_ratio"])
     return BacktraceResult(records_by_role=records, stats=stats, traces=traces)

@@ -1,0 +1,220 @@
+"""KTO of one role (TRL's KTOTrainer + PEFT): desirable and undesirable calls, M0 as the reference.
+
+A record is a labelled prompt/completion row ``{"prompt", "completion", "label"}`` (the ``sft_<role>.jsonl`` rows
+of a `mode: kto` iteration; label true: a call backtracing kept; false: a call of a wrong trajectory, or one
+backtracing filtered). The adapter is trained on M0 and the reference is M0 itself: the same weights with the
+adapter disabled, so no second model is held. Prompts and completions reach TRL as the exact texts the
+generator feeds and reads (`lora.record_texts`), so TRL's tokenization gives the token ids the SFT trainer
+trains on (tests/test_kto.py checks it on the real tokenizer).
+
+KTO estimates its KL term from the mismatched pairs of a batch, so a forward pass holds `kto.batch_size` >= 2
+records and TRL reads them in order: the records are shuffled here, with the training seed. The class weights
+follow TRL's guidance for unbalanced data (desirable x weight = undesirable x weight, per role) unless set.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import random
+import tempfile
+import time
+from typing import Any, Mapping, Sequence
+from pathlib import Path
+
+from knowtrace_train.train.config import KTOSettings, LoraTrainConfig, gradient_accumulation_for, launched_processes
+from knowtrace_train.train.lora import (
+    SFTRecordError,
+    TrainResult,
+    _load_base,
+    _save_adapter,
+    check_qlora,
+    encode_record,
+    load_records,
+    lora_config,
+    record_texts,
+)
+from knowtrace_train.train.precision import resolve_precision, training_device
+from knowtrace_train.train.trainer import counting_trainer_class
+
+logger = logging.getLogger(__name__)
+
+
+def labelled_rows(tokenizer, records, role: str, prompt_format: str, max_length: int) -> tuple[list[dict[str, Any]], int]:
+    """Checked records -> TRL rows {"prompt", "completion", "label"} (texts as the model reads and writes them) and
+    the number skipped. A record without a boolean "label" raises naming it. Skipped, counted and logged: a record
+    longer than `max_length` tokens, and one whose prompt and completion merge into other tokens when TRL tokenizes
+    them as one text (TRL would cut the prompt's last token: the model would train on a context it never sees)."""
+    rows, skipped = [], {"too_long": [], "boundary_merge": []}
+    for where, rec in load_records(records, role):
+        label = rec.get("label")
+        if not isinstance(label, bool):
+            raise SFTRecordError(f"{where}: field 'label' must be true (desirable) or false (undesirable), got {label!r}")
+        prompt_ids, completion_ids = encode_record(tokenizer, rec["prompt"], rec["completion"], prompt_format)
+        if len(prompt_ids) + len(completion_ids) > max_length:
+            skipped["too_long"].append(where)
+            continue
+        prompt, completion = record_texts(tokenizer, rec["prompt"], rec["completion"], prompt_format)
+        joint = list(tokenizer(text=prompt + completion)["input_ids"])
+        if list(tokenizer(text=prompt)["input_ids"]) != prompt_ids or joint != prompt_ids + completion_ids:
+            skipped["boundary_merge"].append(where)
+            continue
+        rows.append({"prompt": prompt, "completion": completion, "label": label})
+    for why, where in skipped.items():
+        if where:
+            logger.warning("skipped %d of %d records (%s%s), e.g. %s", len(where), len(rows) + sum(map(len, skipped.values())),
+                           why, f" > max_length={max_length}" if why == "too_long" else "", ", ".join(where[:3]))
+    if not rows:
+        raise SFTRecordError(f"no record of role {role!r} can be trained on: {({k: len(v) for k, v in skipped.items()})}")
+    return rows, sum(map(len, skipped.values()))
+
+
+def cap_undesirable(rows: list[dict[str, Any]], ratio: float | None, seed: int) -> tuple[list[dict[str, Any]], int]:
+    """At most `ratio` undesirable rows per desirable one (rounded down, at least one where any exists), drawn with
+    `seed`; the rows keep their order. Returns the rows and how many undesirable ones were left out."""
+    if ratio is None:
+        return rows, 0
+    bad = [i for i, r in enumerate(rows) if not r["label"]]
+    keep = max(1, int(ratio * (len(rows) - len(bad))))
+    if len(bad) <= keep:
+        return rows, 0
+    dropped = set(random.Random(seed).sample(bad, len(bad) - keep))
+    return [r for i, r in enumerate(rows) if i not in dropped], len(dropped)
+
+
+def class_weights(desirable: int, undesirable: int, kto: KTOSettings) -> tuple[float, float]:
+    """(desirable_weight, undesirable_weight): `kto`'s where set; else balanced so that desirable x weight equals
+    undesirable x undesirable_weight (the lower end of TRL's recommended range, Eq. 8 of the KTO paper), 1.0
+    where one class is empty."""
+    if kto.desirable_weight is not None:
+        return float(kto.desirable_weight), float(kto.undesirable_weight)
+    if not desirable or not undesirable:
+        return 1.0, float(kto.undesirable_weight)
+    return undesirable * kto.undesirable_weight / desirable, float(kto.undesirable_weight)
+
+
+def kto_args(config: LoraTrainConfig, kto: KTOSettings, weights: tuple[float, float], precision: str, device: str,
+             output_dir: str):
+    """TRL's KTOConfig for our settings (KTO's own defaults, bf16 and gradient checkpointing on, are overridden)."""
+    from trl import KTOConfig
+
+    world = launched_processes()
+    extra: dict[str, Any] = {}
+    if world > 1:
+        extra["ddp_backend"] = "nccl" if device == "cuda" else "gloo"
+        extra["ddp_find_unused_parameters"] = False
+    if config.gradient_checkpointing:
+        extra["gradient_checkpointing_kwargs"] = {"use_reentrant": False}
+    return KTOConfig(
+        output_dir=output_dir,
+        num_train_epochs=config.epochs,
+        max_steps=config.max_steps,
+        learning_rate=config.learning_rate,
+        per_device_train_batch_size=kto.batch_size,
+        gradient_accumulation_steps=gradient_accumulation_for(dataclasses.replace(config, per_device_batch_size=kto.batch_size), world),
+        seed=config.seed,
+        data_seed=config.seed,
+        bf16=precision == "bf16",
+        fp16=precision == "fp16",
+        use_cpu=device == "cpu",
+        gradient_checkpointing=config.gradient_checkpointing,
+        logging_steps=config.logging_steps,
+        logging_first_step=True,
+        max_length=config.max_length,
+        beta=kto.beta,
+        desirable_weight=weights[0],
+        undesirable_weight=weights[1],
+        precompute_ref_log_probs=False,
+        save_strategy="no",
+        report_to="none",
+        remove_unused_columns=False,
+        dataloader_drop_last=False,
+        **extra,
+    )
+
+
+def train_role_kto(
+    base_model_path: str | Path,
+    records: Sequence[Mapping[str, Any]] | str | Path,
+    output_dir: str | Path,
+    config: LoraTrainConfig | None = None,
+    kto: KTOSettings | None = None,
+    *,
+    role: str,
+) -> tuple[TrainResult, dict[str, Any]]:
+    """Train one role's LoRA adapter with KTO on labelled records and save it in PEFT's format (as `train_role`
+    does); returns the result and the KTO figures (records per class, weights, the last logged KL and rewards)."""
+    import torch
+    from datasets import Dataset
+    from transformers import AutoTokenizer
+
+    config = config or LoraTrainConfig()
+    kto = kto or KTOSettings()
+    trained = dataclasses.replace(config, per_device_batch_size=kto.batch_size)
+    trained = dataclasses.replace(trained, gradient_accumulation_steps=gradient_accumulation_for(trained, launched_processes()))
+    base_model_path, output_dir = Path(base_model_path), Path(output_dir)
+    device = training_device()
+    if config.qlora:
+        check_qlora(device)
+    precision, why = resolve_precision(config.precision, device)
+
+    tokenizer = AutoTokenizer.from_pretrained(str(base_model_path))
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    tokenizer.padding_side = "left"
+    rows, skipped = labelled_rows(tokenizer, records, role, config.prompt_format, config.max_length)
+    rows, left_out = cap_undesirable(rows, kto.undesirable_per_desirable, config.seed)
+    random.Random(config.seed).shuffle(rows)  # TRL reads KTO's records in order (its KL pairs are batch neighbours)
+    desirable = sum(r["label"] for r in rows)
+    undesirable = len(rows) - desirable
+    weights = class_weights(desirable, undesirable, kto)
+    logger.info("role %s: KTO on %d desirable and %d undesirable records (weights %.3f / %.3f, beta %g) in %s on %s",
+                role, desirable, undesirable, weights[0], weights[1], kto.beta, precision, device)
+
+    model = _load_base(base_model_path, precision, trained, device)
+    Trainer = counting_trainer_class("kto")
+    with tempfile.TemporaryDirectory(prefix=f"knowtrace_kto_{role}_") as scratch:
+        args = kto_args(trained, kto, weights, precision, device, scratch)
+        trainer = Trainer(model=model, args=args, train_dataset=Dataset.from_list(rows), processing_class=tokenizer,
+                          peft_config=lora_config(trained))
+        start = time.perf_counter()
+        output = trainer.train()
+        seconds = time.perf_counter() - start
+        tokens, completion_tokens, _ = trainer.global_counts()
+        history = trainer.state.log_history
+        losses = tuple(float(h["loss"]) for h in history if "loss" in h)
+        result = TrainResult(
+            adapter_dir=output_dir, train_loss=float(output.training_loss), tokens=tokens, seconds=seconds,
+            tokens_per_second=tokens / seconds if seconds > 0 else 0.0, completion_tokens=completion_tokens,
+            records=len(rows), skipped_records=skipped, steps=int(output.global_step), losses=losses,
+            precision=precision,
+            effective_batch_size=kto.batch_size * args.gradient_accumulation_steps * trainer.accelerator.num_processes,
+            gradient_accumulation_steps=args.gradient_accumulation_steps, processes=trainer.accelerator.num_processes,
+        )
+        logged = [h for h in history if "loss" in h]
+        last = logged[-1] if logged else {}
+        figures = {
+            "desirable": desirable,
+            "undesirable": undesirable,
+            "undesirable_left_out": left_out,
+            "desirable_weight": weights[0],
+            "undesirable_weight": weights[1],
+            "beta": kto.beta,
+            "batch_size": kto.batch_size,
+            # per logged step: the KL estimate and the mean implied rewards of each class
+            "log": [{k: h[k] for k in ("step", "loss", "kl", "rewards/chosen", "rewards/rejected", "rewards/margins")
+                     if k in h} for h in logged],
+            "kl": last.get("kl"),
+            "reward_margin": last.get("rewards/margins"),
+        }
+        logger.info("role %s: KTO loss %.4f over %d steps, %d tokens in %.1f s (%.1f tokens/s), last KL %s",
+                    role, result.train_loss, result.steps, tokens, seconds, result.tokens_per_second, figures["kl"])
+        if trainer.accelerator.is_main_process:
+            peft_model = trainer.accelerator.unwrap_model(trainer.model)
+            _save_adapter(peft_model, output_dir, role, base_model_path, trained, precision, why, result,
+                          extra={"kto": {**dataclasses.asdict(kto), **figures}})
+        trainer.accelerator.wait_for_everyone()
+    del trainer, model
+    if device == "cuda":
+        torch.cuda.empty_cache()
+    return result, figures
