@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from knowtrace_train.data.corpus import CORPUS_SOURCES, CorpusConfig  # noqa: F401 - the eval config's section
 from knowtrace_train.data.schema import Passage, QAItem
 from knowtrace_train.generation import GeneratorConfig, check_generator_installed
 from knowtrace_train.io import append_jsonl
@@ -48,7 +49,6 @@ from knowtrace_train.trajectory import Trajectory, read_trajectories
 
 log = logging.getLogger(__name__)
 
-CORPUS_SOURCES = ("contexts", "file", "kg")
 
 
 @dataclass
@@ -66,29 +66,6 @@ class DatasetConfig:
     dataset: str | None = field(default=None, metadata={"help": "overrides the dataset name the file gives"})
     split: str | None = field(default=None, metadata={"help": "overrides the split name the file gives"})
     limit: int | None = field(default=None, metadata={"help": "evaluate only the first `limit` questions (None: all)"})
-
-
-@dataclass
-class CorpusConfig:
-    """The passages retrieval searches."""
-
-    source: str = field(
-        default="file",
-        metadata={"help": "'file': the corpus JSONL at `path`; 'contexts': the context passages of every item in the dataset file (whatever `limit`); 'kg': a knowledge graph turned into text, one passage per entity neighbourhood (MINTQA's corpus; the graph is `triples`)"},
-    )
-    path: str | None = field(
-        default="data/world/corpus.jsonl", metadata={"help": "the corpus JSONL (source 'file'; unused otherwise)"}
-    )
-    triples: str = field(
-        default="world",
-        metadata={"help": "source 'kg': 'world' (the bundled world's facts, seed 0), 'items' (the gold triples of every item in the dataset file: MINTQA's triplets) or a triples file (JSONL [s, r, o] or .tsv)"},
-    )
-
-    def __post_init__(self) -> None:
-        if self.source not in CORPUS_SOURCES:
-            raise ValueError(f"corpus.source must be one of {list(CORPUS_SOURCES)}, got {self.source!r}")
-        if self.source == "file" and not self.path:
-            raise ValueError("corpus.source is 'file' but corpus.path is empty")
 
 
 @dataclass

@@ -77,3 +77,75 @@ def test_no_module_over_500_lines_without_a_reason_in_its_first_line():
         lines = path.read_text(encoding="utf-8").splitlines()
         if len(lines) > 500:
             assert "over 500 lines" in lines[0], f"{module} has {len(lines)} lines and its first line gives no reason"
+
+
+def _import_graph() -> dict[str, set[str]]:
+    """module -> the package modules it names in an import, at the top or inside a function: `import a.b.c` names
+    a.b.c; `from a.b import c` names a.b, and a.b.c where c is a module."""
+    modules = dict(_modules())
+    graph = {}
+    for module, path in modules.items():
+        named = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                named |= {a.name for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                named.add(node.module)
+                named |= {f"{node.module}.{a.name}" for a in node.names}
+        graph[module] = {n for n in named if n in modules and n != module}
+    return graph
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cycles = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph[child]))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    m = stack.pop()
+                    on_stack.discard(m)
+                    component.append(m)
+                    if m == node:
+                        break
+                if len(component) > 1:
+                    cycles.append(sorted(component))
+    return cycles
+
+
+def test_import_cycles_are_found_lazy_imports_included():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": {"f"}, "f": {"e"}, "g": set()}
+    assert sorted(import_cycles(graph)) == [["a", "b", "c"], ["e", "f"]]
+    assert import_cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_the_package_has_no_import_cycle():
+    """No module reaches itself again through the package's imports, function-level (lazy) ones included: a method
+    package's __init__ imports its engine, so the engine imports the modules it needs, never the package."""
+    cycles = import_cycles(_import_graph())
+    assert not cycles, f"{len(cycles)} import cycle(s): " + "; ".join(" <-> ".join(c) for c in cycles)

@@ -19,11 +19,38 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
 from knowtrace_train.data.schema import Passage, QAItem, passage_id
 from knowtrace_train.io import DataFileError, iter_jsonl, write_jsonl
+
+#: where a run's passages come from (CorpusConfig.source)
+CORPUS_SOURCES = ("contexts", "file", "kg")
+
+
+@dataclass
+class CorpusConfig:
+    """The passages retrieval searches."""
+
+    source: str = field(
+        default="file",
+        metadata={"help": "'file': the corpus JSONL at `path`; 'contexts': the context passages of every item in the dataset file (whatever `limit`); 'kg': a knowledge graph turned into text, one passage per entity neighbourhood (MINTQA's corpus; the graph is `triples`)"},
+    )
+    path: str | None = field(
+        default="data/world/corpus.jsonl", metadata={"help": "the corpus JSONL (source 'file'; unused otherwise)"}
+    )
+    triples: str = field(
+        default="world",
+        metadata={"help": "source 'kg': 'world' (the bundled world's facts, seed 0), 'items' (the gold triples of every item in the dataset file: MINTQA's triplets) or a triples file (JSONL [s, r, o] or .tsv)"},
+    )
+
+    def __post_init__(self) -> None:
+        if self.source not in CORPUS_SOURCES:
+            raise ValueError(f"corpus.source must be one of {list(CORPUS_SOURCES)}, got {self.source!r}")
+        if self.source == "file" and not self.path:
+            raise ValueError("corpus.source is 'file' but corpus.path is empty")
 
 
 class CorpusError(DataFileError):

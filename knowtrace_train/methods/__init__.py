@@ -6,31 +6,16 @@ Adding a method is one folder beside `knowtrace/` and one `register(...)` line b
 
 from __future__ import annotations
 
-from knowtrace_train.methods.base import Method, Rationalizer, Strategy, StrategyConfig
-
-METHODS: dict[str, Method] = {}
-
-
-def register(method: Method, *, replace: bool = False) -> Method:
-    """Make `method` available by its name (to configs' `strategy.name`); returns it."""
-    if not method.name:
-        raise ValueError(f"{type(method).__name__} has no name")
-    if method.name in METHODS and not replace and type(METHODS[method.name]) is not type(method):
-        raise ValueError(f"a method named {method.name!r} is registered already ({type(METHODS[method.name]).__name__})")
-    METHODS[method.name] = method
-    return method
-
-
-def get_method(name: str) -> Method:
-    """The registered method called `name`; a ValueError naming the known ones otherwise."""
-    try:
-        return METHODS[name]
-    except KeyError:
-        raise ValueError(f"unknown method {name!r}; registered: {sorted(METHODS)}") from None
-
-
-def unregister(name: str) -> None:
-    METHODS.pop(name, None)
+from knowtrace_train.methods.base import (
+    METHODS,
+    Method,
+    Rationalizer,
+    Strategy,
+    StrategyConfig,
+    get_method,
+    register,
+    unregister,
+)
 
 
 def _register_builtin() -> None:

@@ -39,8 +39,6 @@ class StrategyConfig(TaggedConfig):
 
     @classmethod
     def section_class(cls, name: str) -> type:
-        from knowtrace_train.methods import get_method
-
         return get_method(name).config_class
 
 
@@ -150,3 +148,30 @@ class Method:
 
     def with_seed(self, config: StrategyConfig, seed: int) -> StrategyConfig:
         return replace(config, seed=seed)
+
+
+# -- the registry (knowtrace_train.methods registers the built-in methods at import) ------------------------
+
+METHODS: dict[str, Method] = {}
+
+
+def register(method: Method, *, replace: bool = False) -> Method:
+    """Make `method` available by its name (to configs' `strategy.name`); returns it."""
+    if not method.name:
+        raise ValueError(f"{type(method).__name__} has no name")
+    if method.name in METHODS and not replace and type(METHODS[method.name]) is not type(method):
+        raise ValueError(f"a method named {method.name!r} is registered already ({type(METHODS[method.name]).__name__})")
+    METHODS[method.name] = method
+    return method
+
+
+def get_method(name: str) -> Method:
+    """The registered method called `name`; a ValueError naming the known ones otherwise."""
+    try:
+        return METHODS[name]
+    except KeyError:
+        raise ValueError(f"unknown method {name!r}; registered: {sorted(METHODS)}") from None
+
+
+def unregister(name: str) -> None:
+    METHODS.pop(name, None)

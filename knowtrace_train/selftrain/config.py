@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from knowtrace_train.evaluate import CorpusConfig
+from knowtrace_train.data.corpus import CorpusConfig
 from knowtrace_train.generation import GeneratorConfig, check_generator_installed
 from knowtrace_train.methods import StrategyConfig, get_method
 from knowtrace_train.methods.knowtrace import KnowTraceConfig, MaxNewTokensConfig

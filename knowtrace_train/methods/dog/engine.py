@@ -32,7 +32,7 @@ from knowtrace_train.generation.base import Generator
 from knowtrace_train.kg import GuidancePair, Triplet, TracedTriplet
 from knowtrace_train.kg_store import GraphStore, KGStoreError
 from knowtrace_train.methods.calls import CallSpec, generate_calls
-from knowtrace_train.methods.dog import prompts
+import knowtrace_train.methods.dog.prompts as prompts
 from knowtrace_train.methods.dog.config import ANSWER_TRY, CRITIC, FALLBACK, RELATION, DoGConfig
 from knowtrace_train.methods.dog.graph import build_store, is_endpoint, topic_entity
 from knowtrace_train.methods.dog.parsing import parse_answer, parse_answer_try, parse_relation, parse_turn

@@ -36,7 +36,7 @@ from knowtrace_train.trajectory import Trajectory, is_correct
 def backtrace_records(trajectories, items_by_id, *, strategy: KnowTraceConfig, count_tokens, fewshot, iteration,
                       passages, mode: str = "backtrace", undesirable=()):
     """The rationalizer of mode "backtrace" (and KnowTrace's "star": the same accounting, nothing filtered)."""
-    from knowtrace_train.methods.knowtrace.backtrace import backtrace_trajectories
+    from knowtrace_train.methods.knowtrace.backtrace.records import backtrace_trajectories
 
     return backtrace_trajectories(trajectories, items_by_id, count_tokens=count_tokens, mode=mode,
                                   path_rule=strategy.path_rule, fewshot=fewshot, iteration=iteration, passages=passages,
@@ -91,7 +91,7 @@ class KnowTraceMethod(Method):
         """Correct, and backtracing finds the evidence subgraph in the trajectory's own graph: a path
         from the answer entity (for a yes/no answer, the entities of the final thought) back to an
         initial entity under `config.path_rule`."""
-        from knowtrace_train.methods.knowtrace.backtrace import backtrace
+        from knowtrace_train.methods.knowtrace.backtrace.paths import backtrace
 
         return is_correct(traj) and backtrace(traj, config.path_rule).ok
 

@@ -21,8 +21,8 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from tqdm.auto import tqdm
 
-from knowtrace_train.methods.knowtrace import outputs
-from knowtrace_train.methods.knowtrace.backtrace import backtrace_trajectories
+import knowtrace_train.methods.knowtrace.outputs as outputs
+from knowtrace_train.methods.knowtrace.backtrace.records import backtrace_trajectories
 from knowtrace_train.data.schema import Passage, QAItem
 from knowtrace_train.kg import GuidancePair, KnowledgeGraph, TracedTriplet, Triplet
 from knowtrace_train.metrics import normalize_answer
@@ -167,7 +167,7 @@ def build_gold_trajectory(
     count_tokens: Callable[[str], int] | None = None,
 ) -> Trajectory:
     """The ideal trajectory of `item` over the given hops and the passages retrieved per hop."""
-    from knowtrace_train.methods.knowtrace import prompts
+    import knowtrace_train.methods.knowtrace.prompts as prompts
 
     count = count_tokens or (lambda s: len(s.split()))
     graph = KnowledgeGraph()

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
 from knowtrace_train.kg import entity_key
-from knowtrace_train.methods.knowtrace.backtrace import TrajectoryBacktrace
+from knowtrace_train.methods.knowtrace.backtrace.paths import TrajectoryBacktrace
 from knowtrace_train.data.schema import Passage, QAItem
 from knowtrace_train.kg import TracedTriplet
 from knowtrace_train.metrics import normalize_answer

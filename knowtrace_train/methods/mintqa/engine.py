@@ -33,7 +33,7 @@ from knowtrace_train.data.schema import Passage, QAItem
 from knowtrace_train.generation.base import Generator
 from knowtrace_train.methods.calls import CallSpec, generate_calls
 from knowtrace_train.methods.hints import trajectory_id
-from knowtrace_train.methods.mintqa import prompts
+import knowtrace_train.methods.mintqa.prompts as prompts
 from knowtrace_train.methods.mintqa.config import (
     ANSWER,
     DECOMPOSE_CALL,

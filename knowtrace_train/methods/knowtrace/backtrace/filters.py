@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
 from knowtrace_train.kg import GuidancePair, KnowledgeGraph, Triplet
-from knowtrace_train.methods.knowtrace import outputs
+import knowtrace_train.methods.knowtrace.outputs as outputs
 from knowtrace_train.methods.knowtrace.backtrace.targets import pair_key
 from knowtrace_train.methods.knowtrace.config import ANSWER, COMPLETE, EXPLORE, RECORD_KINDS
 from knowtrace_train.trajectory import ModelCall, Trajectory

@@ -15,7 +15,7 @@ from knowtrace_train.trajectory import Trajectory
 
 
 def _prompts():
-    from knowtrace_train.methods.knowtrace import prompts
+    import knowtrace_train.methods.knowtrace.prompts as prompts
 
     return prompts
 

@@ -19,7 +19,7 @@ import yaml
 from knowtrace_train.data.schema import Passage
 from knowtrace_train.errors import UserError
 from knowtrace_train.kg import EMPTY_KG, GuidancePair, Triplet, render_paths, render_triplets
-from knowtrace_train.methods.knowtrace import outputs
+import knowtrace_train.methods.knowtrace.outputs as outputs
 
 PROMPT_DIR = Path(__file__).resolve().parent
 
