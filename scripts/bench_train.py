@@ -1,6 +1,7 @@
 """Training throughput: our LoRA SFT settings against TRL's SFTConfig defaults, side by side, same records.
 
     python scripts/bench_train.py [--model DIR] [--records 100] [--our-records 16] [--ref-steps 1] [--threads N]
+    python scripts/bench_train.py --kto 32 [--threads N]     # mode: kto's trainer against SFT, per record
 
 (a) reference: TRL's defaults as SFTConfig gives them (bf16 autocast, gradient checkpointing, batch 8 padded
     to the longest record, TRL tokenizing the conversational prompt/completion records itself), LoRA as ours;
@@ -281,6 +282,28 @@ def run_ours(model_dir: Path, records: list[dict], n_records: int, seed: int, pr
     }
 
 
+def run_kto_side_by_side(model_dir: Path, records: list[dict], n_records: int, seed: int) -> dict:
+    """Seconds per record of one SFT pass and one KTO pass (mode: kto's trainer: 4 records per forward pass, the
+    reference's and the KL term's passes) over the same `n_records` records, half of them labelled undesirable,
+    one after the other in this process: the KTO/SFT cost ratio per record."""
+    from knowtrace_train.train.config import KTOSettings
+    from knowtrace_train.train.kto import train_role_kto
+    from knowtrace_train.train.lora import LoraTrainConfig, train_role
+
+    recs = [dict(r, label=i % 2 == 0) for i, r in enumerate(records[:n_records])]
+    config = LoraTrainConfig(epochs=1.0, effective_batch_size=4, seed=seed, logging_steps=1)
+    out: dict = {"records": len(recs)}
+    with tempfile.TemporaryDirectory() as tmp:
+        sft = train_role(model_dir, [{k: r[k] for k in ("prompt", "completion")} for r in recs], Path(tmp) / "sft",
+                         config, role="bench")
+        kto, _ = train_role_kto(model_dir, recs, Path(tmp) / "kto", config, KTOSettings(), role="bench")
+    for name, r in (("sft", sft), ("kto", kto)):
+        out[name] = {"seconds": round(r.seconds, 2), "seconds_per_record": round(r.seconds / len(recs), 3),
+                     "tokens": r.tokens, "steps": r.steps}
+    out["kto_over_sft_per_record"] = round(kto.seconds / sft.seconds, 2)
+    return out
+
+
 def count_shared_prefixes(folder: Path, model: Path | None) -> dict:
     """Per role of a run's iteration folder: records, tokens trained today, tokens in a prefix tree of them."""
     from transformers import AutoTokenizer
@@ -322,7 +345,22 @@ def main() -> None:
                     help="our records per forward pass (padding-free batches above 1; default: 1 on CPUs, 8 on GPUs)")
     ap.add_argument("--shared-prefixes", type=Path, default=None, metavar="FOLDER",
                     help="only count: the tokens of FOLDER's sft_<role>.jsonl records against a prefix tree of them, and exit")
+    ap.add_argument("--kto", type=int, default=0, metavar="N",
+                    help="only time: one SFT and one KTO pass over the same N records side by side, and exit")
     args = ap.parse_args()
+    if args.kto:
+        import torch
+
+        if args.threads:
+            torch.set_num_threads(args.threads)
+        model_dir = args.model or smollm2_dir(Path(tempfile.gettempdir()) / "knowtrace_bench_models")
+        records = knowtrace_records(max(args.records, args.kto), args.seed)
+        run_kto_side_by_side(model_dir, records, 4, args.seed)  # warm-up, untimed (see below)
+        res = run_kto_side_by_side(model_dir, records, args.kto, args.seed)
+        print(f"KTO {res['kto']['seconds_per_record']} s per record against SFT {res['sft']['seconds_per_record']} s: "
+              f"{res['kto_over_sft_per_record']}x ({res['records']} records, torch threads {torch.get_num_threads()})")
+        print(json.dumps(res))
+        return
     if args.shared_prefixes:
         count_shared_prefixes(args.shared_prefixes, args.model)
         return
