@@ -11,7 +11,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 
-import doctor  # noqa: E402
+import doctor
 
 
 def test_each_check_ends_ok_skipped_or_failed_with_its_minutes(capsys):

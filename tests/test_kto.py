@@ -7,14 +7,20 @@ import math
 
 import pytest
 import torch
-
 from backtrace_fixtures import appendix_f, words
+
 from knowtrace_train.config import ConfigError, load_config
 from knowtrace_train.methods.knowtrace.backtrace import backtrace_trajectories
 from knowtrace_train.methods.star import star_records
 from knowtrace_train.selftrain.config import SelfTrainConfig, learning_mode
 from knowtrace_train.train.config import KTOSettings, LoraTrainConfig
-from knowtrace_train.train.kto import cap_undesirable, class_weights, kto_args, labelled_rows, train_role_kto
+from knowtrace_train.train.kto import (
+    cap_undesirable,
+    class_weights,
+    kto_args,
+    labelled_rows,
+    train_role_kto,
+)
 from knowtrace_train.train.lora import SFTRecordError, encode_record
 from knowtrace_train.train.trainer import counting_trainer_class
 

@@ -7,16 +7,15 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from conftest import require_vllm, vllm_sized_model
 from selftrain_helpers import oracle_answers, oracle_factory, tiny_overrides
 
 require_vllm()
 
-from knowtrace_train.config import load_config  # noqa: E402
-from knowtrace_train.selftrain import SelfTrain  # noqa: E402
-from knowtrace_train.selftrain.config import SelfTrainConfig  # noqa: E402
-from knowtrace_train.trajectory import read_trajectories  # noqa: E402
+from knowtrace_train.config import load_config
+from knowtrace_train.selftrain import SelfTrain
+from knowtrace_train.selftrain.config import SelfTrainConfig
+from knowtrace_train.trajectory import read_trajectories
 
 #: the least share of the calls the backends generated themselves (not the oracle's) whose texts must be
 #: identical: both decode greedily in fp32 from the same token ids, and the parity test of test_generation_vllm.py

@@ -19,16 +19,23 @@ import logging
 import random
 import tempfile
 import time
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
-from knowtrace_train.train.config import KTOSettings, LoraTrainConfig, gradient_accumulation_for, launched_processes
+from knowtrace_train.train.config import (
+    KTOSettings,
+    LoraTrainConfig,
+    gradient_accumulation_for,
+    launched_processes,
+)
 from knowtrace_train.train.lora import (
     SFTRecordError,
     TrainResult,
     _load_base,
     _save_adapter,
     check_qlora,
+    common_args,
     encode_record,
     load_records,
     lora_config,
@@ -95,41 +102,17 @@ def class_weights(desirable: int, undesirable: int, kto: KTOSettings) -> tuple[f
 
 def kto_args(config: LoraTrainConfig, kto: KTOSettings, weights: tuple[float, float], precision: str, device: str,
              output_dir: str):
-    """TRL's KTOConfig for our settings (KTO's own defaults, bf16 and gradient checkpointing on, are overridden)."""
+    """TRL's KTOConfig for our settings (`config` with kto.batch_size records per pass); KTO's own defaults, bf16
+    and gradient checkpointing on, are overridden by the arguments every trainer here shares."""
     from trl import KTOConfig
 
-    world = launched_processes()
-    extra: dict[str, Any] = {}
-    if world > 1:
-        extra["ddp_backend"] = "nccl" if device == "cuda" else "gloo"
-        extra["ddp_find_unused_parameters"] = False
-    if config.gradient_checkpointing:
-        extra["gradient_checkpointing_kwargs"] = {"use_reentrant": False}
     return KTOConfig(
-        output_dir=output_dir,
-        num_train_epochs=config.epochs,
-        max_steps=config.max_steps,
-        learning_rate=config.learning_rate,
-        per_device_train_batch_size=kto.batch_size,
-        gradient_accumulation_steps=gradient_accumulation_for(dataclasses.replace(config, per_device_batch_size=kto.batch_size), world),
-        seed=config.seed,
-        data_seed=config.seed,
-        bf16=precision == "bf16",
-        fp16=precision == "fp16",
-        use_cpu=device == "cpu",
-        gradient_checkpointing=config.gradient_checkpointing,
-        logging_steps=config.logging_steps,
-        logging_first_step=True,
+        **common_args(dataclasses.replace(config, per_device_batch_size=kto.batch_size), precision, device, output_dir),
         max_length=config.max_length,
         beta=kto.beta,
         desirable_weight=weights[0],
         undesirable_weight=weights[1],
         precompute_ref_log_probs=False,
-        save_strategy="no",
-        report_to="none",
-        remove_unused_columns=False,
-        dataloader_drop_last=False,
-        **extra,
     )
 
 

@@ -327,12 +327,9 @@ def plateau_callback(config: LoraTrainConfig):
     return StopOnPlateau()
 
 
-def sft_args(config: LoraTrainConfig, precision: str, device: str, output_dir: str):
-    """TRL's SFTConfig for our settings (everything that differs from TRL's defaults is set here)."""
-    from trl import SFTConfig
-
-    # At one record per pass there is no padding to remove (and TRL warns about it)
-    padding_free = (config.padding_free and config.per_device_batch_size > 1) or config.packing
+def common_args(config: LoraTrainConfig, precision: str, device: str, output_dir: str) -> dict[str, Any]:
+    """The Trainer arguments every trainer here shares (SFT's and KTO's): epochs, rate, batches, seeds, precision,
+    checkpointing, logging, no checkpoints saved, data-parallel backend."""
     world = launched_processes()
     extra: dict[str, Any] = {}
     if world > 1:
@@ -340,7 +337,7 @@ def sft_args(config: LoraTrainConfig, precision: str, device: str, output_dir: s
         extra["ddp_find_unused_parameters"] = False
     if config.gradient_checkpointing:
         extra["gradient_checkpointing_kwargs"] = {"use_reentrant": False}
-    return SFTConfig(
+    return dict(
         output_dir=output_dir,
         num_train_epochs=config.epochs,
         max_steps=config.max_steps,
@@ -355,17 +352,28 @@ def sft_args(config: LoraTrainConfig, precision: str, device: str, output_dir: s
         gradient_checkpointing=config.gradient_checkpointing,
         logging_steps=config.logging_steps,
         logging_first_step=True,
+        save_strategy="no",
+        report_to="none",
+        remove_unused_columns=False,
+        dataloader_drop_last=False,
+        **extra,
+    )
+
+
+def sft_args(config: LoraTrainConfig, precision: str, device: str, output_dir: str):
+    """TRL's SFTConfig for our settings (everything that differs from TRL's defaults is set here)."""
+    from trl import SFTConfig
+
+    # At one record per pass there is no padding to remove (and TRL warns about it)
+    padding_free = (config.padding_free and config.per_device_batch_size > 1) or config.packing
+    return SFTConfig(
+        **common_args(config, precision, device, output_dir),
         # Records are tokenized and length-checked here; TRL only batches them.
         max_length=config.max_length if config.packing else None,
         packing=config.packing,
         packing_strategy="bfd",
         padding_free=padding_free,
         completion_only_loss=None,  # labels are given: -100 on the prompt
-        save_strategy="no",
-        report_to="none",
-        remove_unused_columns=False,
-        dataloader_drop_last=False,
-        **extra,
     )
 
 
