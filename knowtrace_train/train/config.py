@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
-from typing import Any, Mapping
+from typing import Any
 
 from knowtrace_train.generation.prepare import PROMPT_FORMATS
 
@@ -117,7 +118,7 @@ class LoraTrainConfig:
                 raise bad("target_modules", "must name at least one module")
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any], where: str = "config") -> "LoraTrainConfig":
+    def from_dict(cls, d: Mapping[str, Any], where: str = "config") -> LoraTrainConfig:
         """Build from a mapping (a YAML section); an unknown key raises naming `where` and the key."""
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(d) - known)
@@ -204,3 +205,36 @@ def gradient_accumulation_for(config: LoraTrainConfig, processes: int) -> int:
 def launched_processes() -> int:
     """Data-parallel processes of this launch (WORLD_SIZE of torchrun / accelerate launch; 1 when not launched)."""
     return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def common_args(config: LoraTrainConfig, precision: str, device: str, output_dir: str) -> dict[str, Any]:
+    """The Trainer arguments every trainer here shares (SFT's and KTO's): epochs, rate, batches, seeds, precision,
+    checkpointing, logging, no checkpoints saved, data-parallel backend."""
+    world = launched_processes()
+    extra: dict[str, Any] = {}
+    if world > 1:
+        extra["ddp_backend"] = "nccl" if device == "cuda" else "gloo"
+        extra["ddp_find_unused_parameters"] = False
+    if config.gradient_checkpointing:
+        extra["gradient_checkpointing_kwargs"] = {"use_reentrant": False}
+    return dict(
+        output_dir=output_dir,
+        num_train_epochs=config.epochs,
+        max_steps=config.max_steps,
+        learning_rate=config.learning_rate,
+        per_device_train_batch_size=config.per_device_batch_size,
+        gradient_accumulation_steps=gradient_accumulation_for(config, world),
+        seed=config.seed,
+        data_seed=config.seed,
+        bf16=precision == "bf16",
+        fp16=precision == "fp16",
+        use_cpu=device == "cpu",
+        gradient_checkpointing=config.gradient_checkpointing,
+        logging_steps=config.logging_steps,
+        logging_first_step=True,
+        save_strategy="no",
+        report_to="none",
+        remove_unused_columns=False,
+        dataloader_drop_last=False,
+        **extra,
+    )

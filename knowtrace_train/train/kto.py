@@ -26,6 +26,7 @@ from typing import Any
 from knowtrace_train.train.config import (
     KTOSettings,
     LoraTrainConfig,
+    common_args,
     gradient_accumulation_for,
     launched_processes,
 )
@@ -35,7 +36,6 @@ from knowtrace_train.train.lora import (
     _load_base,
     _save_adapter,
     check_qlora,
-    common_args,
     encode_record,
     load_records,
     lora_config,

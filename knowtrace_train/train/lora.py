@@ -22,7 +22,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from knowtrace_train.errors import UserError, import_extra
 from knowtrace_train.generation.prepare import PROMPT_FORMATS
 from knowtrace_train.io import atomic_dir, iter_jsonl, write_json
-from knowtrace_train.train.config import LoraTrainConfig, gradient_accumulation_for, launched_processes
+from knowtrace_train.train.config import LoraTrainConfig, common_args, gradient_accumulation_for, launched_processes
 from knowtrace_train.train.precision import resolve_precision, training_device
 from knowtrace_train.train.trainer import counting_trainer_class
 
@@ -325,39 +325,6 @@ def plateau_callback(config: LoraTrainConfig):
             return control
 
     return StopOnPlateau()
-
-
-def common_args(config: LoraTrainConfig, precision: str, device: str, output_dir: str) -> dict[str, Any]:
-    """The Trainer arguments every trainer here shares (SFT's and KTO's): epochs, rate, batches, seeds, precision,
-    checkpointing, logging, no checkpoints saved, data-parallel backend."""
-    world = launched_processes()
-    extra: dict[str, Any] = {}
-    if world > 1:
-        extra["ddp_backend"] = "nccl" if device == "cuda" else "gloo"
-        extra["ddp_find_unused_parameters"] = False
-    if config.gradient_checkpointing:
-        extra["gradient_checkpointing_kwargs"] = {"use_reentrant": False}
-    return dict(
-        output_dir=output_dir,
-        num_train_epochs=config.epochs,
-        max_steps=config.max_steps,
-        learning_rate=config.learning_rate,
-        per_device_train_batch_size=config.per_device_batch_size,
-        gradient_accumulation_steps=gradient_accumulation_for(config, world),
-        seed=config.seed,
-        data_seed=config.seed,
-        bf16=precision == "bf16",
-        fp16=precision == "fp16",
-        use_cpu=device == "cpu",
-        gradient_checkpointing=config.gradient_checkpointing,
-        logging_steps=config.logging_steps,
-        logging_first_step=True,
-        save_strategy="no",
-        report_to="none",
-        remove_unused_columns=False,
-        dataloader_drop_last=False,
-        **extra,
-    )
 
 
 def sft_args(config: LoraTrainConfig, precision: str, device: str, output_dir: str):
