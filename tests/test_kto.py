@@ -231,3 +231,28 @@ def test_a_kto_iteration_through_the_loop(tmp_path, tiny_model_dir):
         assert k["desirable_weight"] == pytest.approx(k["undesirable"] / k["desirable"]) and k["log"]
         assert (it / f"adapters/{role}/adapter_config.json").is_file()
     assert sum(m["rationale"]["undesirable"]["records"].values()) > 0
+
+
+def test_a_role_with_one_class_is_trained_by_sft_or_skipped_as_the_config_says(tmp_path, tiny_model_dir):
+    """No undesirable record: SFT on the desirable ones (kto.one_class: sft, the default) or left on M0 (skip); no
+    desirable record: left on M0 either way. Each case is reported in the training record, nothing raises."""
+    from selftrain_helpers import tiny_overrides
+
+    from knowtrace_train.selftrain import SelfTrain
+    from knowtrace_train.train.kto import kto_plan
+
+    good = [dict(r, label=True) for r in RECORDS[:4]]
+    bad = [dict(r, label=False) for r in RECORDS[4:8]]
+    assert kto_plan(good + bad, KTOSettings()) == ("kto", "")
+    assert kto_plan(good, KTOSettings())[0] == "sft" and kto_plan(good, KTOSettings(one_class="skip"))[0] == "skip"
+    assert kto_plan(bad, KTOSettings())[0] == "skip" and "no desirable record" in kto_plan(bad, KTOSettings())[1]
+    with pytest.raises(ConfigError, match="kto.one_class must be 'sft' or 'skip'"):
+        load_config(SelfTrainConfig, None, ["--kto.one_class", "dpo"])
+    cfg = load_config(SelfTrainConfig, None, tiny_overrides(tmp_path, tiny_model_dir, mode="kto"))
+    run = SelfTrain(cfg, progress=False)
+    sft = run._train(tmp_path, "explore", good, tiny_model_dir, cfg.train, seed=0, trainer="kto")
+    assert sft["kto_fallback"]["plan"] == "sft" and sft["records"] == 4 and "kto" not in sft
+    assert (tmp_path / "adapters/explore/adapter_config.json").is_file()
+    skipped = run._train(tmp_path, "complete", bad, tiny_model_dir, cfg.train, seed=0, trainer="kto")
+    assert skipped["records"] == 0 and skipped["kto_fallback"]["plan"] == "skip"
+    assert not (tmp_path / "adapters/complete").exists()

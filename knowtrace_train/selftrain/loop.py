@@ -448,13 +448,16 @@ class SelfTrain(Bootstrap, Reuse):
         rows = [{k: r[k] for k in keys if k in r} for r in records
                 if isinstance(r.get("completion"), str) and r["completion"].strip()]
         empty = len(records) - len(rows)
-        if trainer == "kto" and not any(r.get("label") for r in rows):
-            log.warning("%s: no desirable records for the %s adapter; the role runs on M0", folder.name, adapter)
-            return {"records": 0, "empty_completions": empty, "undesirable": len(rows)}
+        extra: dict[str, Any] = {}
+        if trainer == "kto":
+            from knowtrace_train.train.kto import route_role
+
+            trainer, rows, extra = route_role(rows, self.config.kto, f"{folder.name}: the {adapter} adapter")
+            if trainer is None:
+                return {"records": 0, "empty_completions": empty, **extra}
         if not rows:
             log.warning("%s: no records for the %s adapter; the role runs on M0", folder.name, adapter)
             return {"records": 0, "empty_completions": empty}
-        extra: dict[str, Any] = {}
         if trainer == "kto":
             from knowtrace_train.train.kto import train_role_kto
 

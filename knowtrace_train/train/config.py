@@ -155,6 +155,11 @@ class KTOSettings:
         default=4,
         metadata={"help": "records per forward pass (>= 2: KTO estimates its KL term from the batch's mismatched pairs)"},
     )
+    one_class: str = field(
+        default="sft",
+        metadata={"help": "a role whose records are all desirable: 'sft' trains it by SFT on them, 'skip' leaves it on "
+                          "M0 (a role with no desirable record is left on M0 either way); both are reported"},
+    )
     undesirable_per_desirable: float | None = field(
         default=None,
         metadata={"help": "train on at most this many undesirable records per desirable one, per role, drawn with the "
@@ -178,6 +183,8 @@ class KTOSettings:
                 continue
             if isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0:
                 raise ValueError(f"kto.{name} must be a positive number{' or null' if name == 'desirable_weight' else ''}, got {v!r}")
+        if self.one_class not in ("sft", "skip"):
+            raise ValueError(f"kto.one_class must be 'sft' or 'skip', got {self.one_class!r}")
         r = self.undesirable_per_desirable
         if r is not None and (isinstance(r, bool) or not isinstance(r, (int, float)) or r <= 0):
             raise ValueError(f"kto.undesirable_per_desirable must be a positive number or null, got {r!r}")

@@ -89,6 +89,32 @@ def cap_undesirable(rows: list[dict[str, Any]], ratio: float | None, seed: int) 
     return [r for i, r in enumerate(rows) if i not in dropped], len(dropped)
 
 
+def kto_plan(records, kto: KTOSettings) -> tuple[str, str]:
+    """How a role's labelled records train: ("kto", ""), or, where a class is empty, ("sft", why) (only desirable
+    records and `kto.one_class: sft`) or ("skip", why) (no desirable record, or `one_class: skip`)."""
+    desirable = sum(1 for r in records if r.get("label") is True)
+    undesirable = sum(1 for r in records if r.get("label") is False)
+    if not desirable:
+        return "skip", f"no desirable record ({undesirable} undesirable): KTO has nothing to move towards"
+    if not undesirable:
+        why = f"no undesirable record ({desirable} desirable)"
+        return ("sft", why + ": trained by SFT on them") if kto.one_class == "sft" else ("skip", why + ": kto.one_class is skip")
+    return "kto", ""
+
+
+def route_role(rows: list[dict[str, Any]], kto: KTOSettings, where: str) -> tuple[str | None, list[dict[str, Any]], dict]:
+    """(trainer: "kto", "sft" or None to leave the role on M0; the rows it trains on; the fallback to report) of a
+    role's labelled rows, by `kto_plan`; a fallback is logged naming `where`."""
+    plan, why = kto_plan(rows, kto)
+    if plan == "kto":
+        return "kto", rows, {}
+    logger.warning("%s has %s", where, why if plan == "sft" else why + "; the role runs on M0")
+    report = {"kto_fallback": {"plan": plan, "why": why}}
+    if plan == "skip":
+        return None, [], report
+    return "sft", [{"prompt": r["prompt"], "completion": r["completion"]} for r in rows], report
+
+
 def class_weights(desirable: int, undesirable: int, kto: KTOSettings) -> tuple[float, float]:
     """(desirable_weight, undesirable_weight): `kto`'s where set; else balanced so that desirable x weight equals
     undesirable x undesirable_weight (the lower end of TRL's recommended range, Eq. 8 of the KTO paper), 1.0
