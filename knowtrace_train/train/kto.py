@@ -18,7 +18,6 @@ import dataclasses
 import logging
 import random
 import tempfile
-import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -40,6 +39,7 @@ from knowtrace_train.train.lora import (
     load_records,
     lora_config,
     record_texts,
+    train_measured,
 )
 from knowtrace_train.train.precision import resolve_precision, training_device
 from knowtrace_train.train.trainer import counting_trainer_class
@@ -186,20 +186,8 @@ def train_role_kto(
         args = kto_args(trained, kto, weights, precision, device, scratch)
         trainer = Trainer(model=model, args=args, train_dataset=Dataset.from_list(rows), processing_class=tokenizer,
                           peft_config=lora_config(trained))
-        start = time.perf_counter()
-        output = trainer.train()
-        seconds = time.perf_counter() - start
-        tokens, completion_tokens, _ = trainer.global_counts()
+        result = train_measured(trainer, trained, output_dir, records=len(rows), skipped=skipped, precision=precision)
         history = trainer.state.log_history
-        losses = tuple(float(h["loss"]) for h in history if "loss" in h)
-        result = TrainResult(
-            adapter_dir=output_dir, train_loss=float(output.training_loss), tokens=tokens, seconds=seconds,
-            tokens_per_second=tokens / seconds if seconds > 0 else 0.0, completion_tokens=completion_tokens,
-            records=len(rows), skipped_records=skipped, steps=int(output.global_step), losses=losses,
-            precision=precision,
-            effective_batch_size=kto.batch_size * args.gradient_accumulation_steps * trainer.accelerator.num_processes,
-            gradient_accumulation_steps=args.gradient_accumulation_steps, processes=trainer.accelerator.num_processes,
-        )
         logged = [h for h in history if "loss" in h]
         last = logged[-1] if logged else {}
         figures = {
@@ -217,7 +205,8 @@ def train_role_kto(
             "reward_margin": last.get("rewards/margins"),
         }
         logger.info("role %s: KTO loss %.4f over %d steps, %d tokens in %.1f s (%.1f tokens/s), last KL %s",
-                    role, result.train_loss, result.steps, tokens, seconds, result.tokens_per_second, figures["kl"])
+                    role, result.train_loss, result.steps, result.tokens, result.seconds, result.tokens_per_second,
+                    figures["kl"])
         if trainer.accelerator.is_main_process:
             peft_model = trainer.accelerator.unwrap_model(trainer.model)
             _save_adapter(peft_model, output_dir, role, base_model_path, trained, precision, why, result,

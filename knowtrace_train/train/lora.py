@@ -392,46 +392,16 @@ def train_role(
             processing_class=tokenizer,
             peft_config=lora_config(config),
         )
-        plateau = plateau_callback(config) if config.plateau_steps else None
-        if plateau is not None:
-            trainer.add_callback(plateau)
-        if trainer.accelerator.num_processes != launched_processes():
-            raise RuntimeError(
-                f"accelerate runs {trainer.accelerator.num_processes} processes but WORLD_SIZE says "
-                f"{launched_processes()}: the accumulation would not give the effective batch the config names"
-            )
         logger.info(
             "role %s: %d records (%d skipped), %d tokens, batch %d x %d accumulation x %d processes = %d",
             role, len(rows), skipped, sum(len(r["input_ids"]) for r in rows),
             config.per_device_batch_size, args.gradient_accumulation_steps, trainer.accelerator.num_processes,
             config.per_device_batch_size * args.gradient_accumulation_steps * trainer.accelerator.num_processes,
         )
-        start = time.perf_counter()
-        output = trainer.train()
-        seconds = time.perf_counter() - start
-        tokens, completion_tokens, _ = trainer.global_counts()
-        losses = tuple(float(h["loss"]) for h in trainer.state.log_history if "loss" in h)
-        result = TrainResult(
-            adapter_dir=output_dir,
-            train_loss=float(output.training_loss),
-            tokens=tokens,
-            seconds=seconds,
-            tokens_per_second=tokens / seconds if seconds > 0 else 0.0,
-            completion_tokens=completion_tokens,
-            records=len(rows),
-            skipped_records=skipped,
-            steps=int(output.global_step),
-            losses=losses,
-            precision=precision,
-            effective_batch_size=config.per_device_batch_size * args.gradient_accumulation_steps
-            * trainer.accelerator.num_processes,
-            gradient_accumulation_steps=args.gradient_accumulation_steps,
-            processes=trainer.accelerator.num_processes,
-            plateau_stop_step=None if plateau is None else plateau.stopped_at,
-        )
+        result = train_measured(trainer, config, output_dir, records=len(rows), skipped=skipped, precision=precision)
         logger.info(
             "role %s: loss %.4f over %d steps, %d tokens in %.1f s (%.1f tokens/s)",
-            role, result.train_loss, result.steps, tokens, seconds, result.tokens_per_second,
+            role, result.train_loss, result.steps, result.tokens, result.seconds, result.tokens_per_second,
         )
         if trainer.accelerator.is_main_process:
             peft_model = trainer.accelerator.unwrap_model(trainer.model)
@@ -441,6 +411,43 @@ def train_role(
     if device == "cuda":
         torch.cuda.empty_cache()
     return result
+
+
+def train_measured(trainer, config: LoraTrainConfig, output_dir: Path, *, records: int, skipped: int,
+                   precision: str) -> TrainResult:
+    """Run a counting trainer (the SFT or the KTO one) over `config` as trained: the plateau stop where configured,
+    the process count checked against WORLD_SIZE first, and its TrainResult (tokens and counts over all processes)."""
+    plateau = plateau_callback(config) if config.plateau_steps else None
+    if plateau is not None:
+        trainer.add_callback(plateau)
+    processes = trainer.accelerator.num_processes
+    if processes != launched_processes():
+        raise RuntimeError(
+            f"accelerate runs {processes} processes but WORLD_SIZE says "
+            f"{launched_processes()}: the accumulation would not give the effective batch the config names"
+        )
+    start = time.perf_counter()
+    output = trainer.train()
+    seconds = time.perf_counter() - start
+    tokens, completion_tokens, _ = trainer.global_counts()
+    accumulation = trainer.args.gradient_accumulation_steps
+    return TrainResult(
+        adapter_dir=output_dir,
+        train_loss=float(output.training_loss),
+        tokens=tokens,
+        seconds=seconds,
+        tokens_per_second=tokens / seconds if seconds > 0 else 0.0,
+        completion_tokens=completion_tokens,
+        records=records,
+        skipped_records=skipped,
+        steps=int(output.global_step),
+        losses=tuple(float(h["loss"]) for h in trainer.state.log_history if "loss" in h),
+        precision=precision,
+        effective_batch_size=config.per_device_batch_size * accumulation * processes,
+        gradient_accumulation_steps=accumulation,
+        processes=processes,
+        plateau_stop_step=None if plateau is None else plateau.stopped_at,
+    )
 
 
 def _save_adapter(peft_model, output_dir: Path, role, base_model_path, config, precision, why, result,
