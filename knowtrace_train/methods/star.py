@@ -22,6 +22,20 @@ from knowtrace_train.data.schema import Passage, QAItem
 from knowtrace_train.trajectory import Trajectory, is_correct
 
 
+#: where a rationalizer's undesirable records (label false, preference training) come from: the calls of wrong
+#: trajectories, and the calls a filtering rationalizer (backtracing) drops whole from correct ones
+UNDESIRABLE_SOURCES = ("incorrect", "filtered")
+
+
+def undesirable_sources(values: Iterable[str]) -> frozenset[str]:
+    """A rationalizer's `undesirable` argument as a set, checked against UNDESIRABLE_SOURCES."""
+    sources = frozenset(values)
+    unknown = sorted(sources - set(UNDESIRABLE_SOURCES))
+    if unknown:
+        raise ValueError(f"undesirable sources must be among {UNDESIRABLE_SOURCES}, got {unknown}")
+    return sources
+
+
 @dataclass
 class StarResult:
     records_by_role: dict[str, list[dict[str, Any]]]
@@ -41,7 +55,7 @@ def star_records(
 ) -> StarResult:
     """Records {"prompt", "completion", "role", "trajectory_id", "iteration"} per call role (and "label"
     where `undesirable` asks for the wrong trajectories' calls too)."""
-    undesirable = frozenset(undesirable)
+    undesirable = undesirable_sources(undesirable)
     labelled = bool(undesirable)
     records: dict[str, list[dict[str, Any]]] = defaultdict(list)
     tokens: Counter[str] = Counter()

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from knowtrace_train.config import config_to_dict
+from knowtrace_train.errors import installed_version
 from knowtrace_train.io import atomic_dir, cache_home, write_json
 
 log = logging.getLogger(__name__)
@@ -82,8 +83,6 @@ def model_identity(folder: str | Path) -> dict[str, Any]:
 def code_identity() -> dict[str, Any]:
     """The code that computes every stage: SHA-256 of the knowtrace_train package's files (prompts
     included) and the versions of the libraries that run the models. Any change is another key."""
-    from importlib import metadata
-
     import knowtrace_train
 
     root = Path(knowtrace_train.__file__).resolve().parent
@@ -92,13 +91,7 @@ def code_identity() -> dict[str, Any]:
         if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc":
             h.update(str(p.relative_to(root)).encode("utf-8") + b"\0")
             h.update(p.read_bytes() + b"\0")
-    versions = {}
-    for lib in LIBRARIES:
-        try:
-            versions[lib] = metadata.version(lib)
-        except metadata.PackageNotFoundError:
-            versions[lib] = None
-    return {"package": h.hexdigest(), "libraries": versions}
+    return {"package": h.hexdigest(), "libraries": {lib: installed_version(lib) for lib in LIBRARIES}}
 
 
 def settings(obj: Any, leave_out: Sequence[str] = ()) -> dict[str, Any]:

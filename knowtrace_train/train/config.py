@@ -8,6 +8,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from knowtrace_train.generation.prepare import PROMPT_FORMATS
+from knowtrace_train.methods.star import UNDESIRABLE_SOURCES
 
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 
@@ -127,11 +128,6 @@ class LoraTrainConfig:
         return cls(**dict(d))
 
 
-#: where undesirable records come from (the rationalizer's sources): the calls of wrong trajectories, and the
-#: calls backtracing drops whole from correct ones
-UNDESIRABLE_SOURCES = ("incorrect", "filtered")
-
-
 @dataclass
 class KTOSettings:
     """Preference training of `mode: kto` (TRL's KTOTrainer, Ethayarajh et al. 2024): per role adapter, from M0
@@ -163,8 +159,8 @@ class KTOSettings:
     undesirable_per_desirable: float | None = field(
         default=None,
         metadata={"help": "train on at most this many undesirable records per desirable one, per role, drawn with the "
-                          "training seed (None: all; the records files keep all of them). A KTO step costs about "
-                          "twice an SFT step per record (the reference and KL passes)"},
+                          "training seed (None: all; the records files keep all of them). A KTO record costs several "
+                          "SFT records (the reference's and the KL term's passes: docs/selftrain.md)"},
     )
 
     def __post_init__(self) -> None:

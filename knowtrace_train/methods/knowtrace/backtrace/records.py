@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
 from knowtrace_train.data.schema import Passage, QAItem
+from knowtrace_train.methods.star import undesirable_sources
 from knowtrace_train.methods.hints import mentions_hint
 from knowtrace_train.methods.knowtrace.backtrace.filters import (
     FilteredCall,
@@ -50,9 +51,6 @@ from knowtrace_train.trajectory import Trajectory, is_correct
 log = logging.getLogger(__name__)
 
 MODES = ("backtrace", "star")
-#: where undesirable records (label false, for preference training) come from: the calls of wrong
-#: trajectories, and the calls backtracing drops whole from correct ones
-UNDESIRABLE_SOURCES = ("incorrect", "filtered")
 
 
 # -- the public entry point ------------------------------------------------------------------
@@ -159,10 +157,7 @@ def backtrace_trajectories(
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
     if path_rule not in PATH_RULES:
         raise ValueError(f"path_rule must be one of {PATH_RULES}, got {path_rule!r}")
-    undesirable = frozenset(undesirable)
-    unknown = sorted(undesirable - set(UNDESIRABLE_SOURCES))
-    if unknown:
-        raise ValueError(f"undesirable sources must be among {UNDESIRABLE_SOURCES}, got {unknown}")
+    undesirable = undesirable_sources(undesirable)
     labelled = bool(undesirable)
     items_by_id = items_by_id or {}
     if passages is None:
