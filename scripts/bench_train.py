@@ -331,6 +331,51 @@ def count_shared_prefixes(folder: Path, model: Path | None) -> dict:
     return out
 
 
+def time_shared_prefixes(folder: Path, model: Path | None, steps: int, seed: int, roles=("explore", "complete")) -> dict:
+    """FOLDER's records of `roles` as one adapter (both: as the bootstrap trains them; one: as an iteration trains
+    that role's adapter), `steps` optimizer steps of 4
+    records each way, side by side in this process (A B B A after an untimed warm-up): one record per forward
+    pass accumulated to 4 with `share_prefixes` off (the CPU default before it), and one pass of 4 records
+    whose shared prompt prefixes run once. The record order is the same (the sampler's permutation, chunked
+    alike), so both train the same records per step."""
+    from knowtrace_train.train.lora import LoraTrainConfig, load_records, train_role
+
+    model_dir = model or smollm2_dir(Path(tempfile.gettempdir()) / "knowtrace_bench_models")
+    records = []
+    for role in roles:
+        path = folder / f"sft_{role}.jsonl"
+        if path.is_file():
+            records += [{"prompt": r["prompt"], "completion": r["completion"]} for _, r in load_records(path, role)]
+    ways = {
+        "per_record": dict(per_device_batch_size=1, gradient_accumulation_steps=4, share_prefixes=False),
+        "shared_prefixes": dict(per_device_batch_size=4, gradient_accumulation_steps=1, share_prefixes=True),
+    }
+
+    def run(name: str, n: int) -> dict:
+        config = LoraTrainConfig(max_steps=n, seed=seed, logging_steps=1, **ways[name])
+        with tempfile.TemporaryDirectory() as out:
+            r = train_role(model_dir, records, Path(out) / "adapter", config, role="bench")
+        return {"seconds": r.seconds, "tokens": r.tokens, "computed": r.computed_tokens, "losses": list(r.losses)}
+
+    run("per_record", 1), run("shared_prefixes", 1)  # warm-up, untimed
+    results: dict[str, list[dict]] = {"per_record": [], "shared_prefixes": []}
+    for name in ("per_record", "shared_prefixes", "shared_prefixes", "per_record"):
+        results[name].append(run(name, steps))
+        r = results[name][-1]
+        print(f"{name}: {steps} steps, {r['tokens']} tokens ({r['computed']} computed) in {r['seconds']:.1f} s "
+              f"({r['tokens'] / r['seconds']:.1f} tokens/s)")
+    out = {}
+    for name, rs in results.items():
+        seconds = sum(r["seconds"] for r in rs)
+        out[name] = {"seconds": round(seconds, 2), "tok_s": round(sum(r["tokens"] for r in rs) / seconds, 1),
+                     "tokens": rs[0]["tokens"], "computed": rs[0]["computed"], "losses": rs[0]["losses"]}
+    out["speedup"] = round(out["per_record"]["seconds"] / out["shared_prefixes"]["seconds"], 3)
+    out["max_loss_difference"] = max(abs(a - b) for a, b in zip(out["per_record"]["losses"], out["shared_prefixes"]["losses"]))
+    print(f"shared prefixes: {out['speedup']}x the per-record passes' speed on the same {steps} x 4 records "
+          f"(logged losses differ by at most {out['max_loss_difference']:.2g})")
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", type=Path, default=None, help="model folder (default: SmolLM2-135M-Instruct)")
@@ -345,6 +390,11 @@ def main() -> None:
                     help="our records per forward pass (padding-free batches above 1; default: 1 on CPUs, 8 on GPUs)")
     ap.add_argument("--shared-prefixes", type=Path, default=None, metavar="FOLDER",
                     help="only count: the tokens of FOLDER's sft_<role>.jsonl records against a prefix tree of them, and exit")
+    ap.add_argument("--steps", type=int, default=0, metavar="N",
+                    help="with --shared-prefixes: also time N optimizer steps of 4 of those records with and without "
+                         "share_prefixes, side by side")
+    ap.add_argument("--role", choices=("explore", "complete", "both"), default="both",
+                    help="with --steps: train on this role's records (both: the bootstrap's mix)")
     ap.add_argument("--kto", type=int, default=0, metavar="N",
                     help="only time: one SFT and one KTO pass over the same N records side by side, and exit")
     args = ap.parse_args()
@@ -362,7 +412,15 @@ def main() -> None:
         print(json.dumps(res))
         return
     if args.shared_prefixes:
-        count_shared_prefixes(args.shared_prefixes, args.model)
+        if args.threads:
+            import torch
+
+            torch.set_num_threads(args.threads)
+        counted = count_shared_prefixes(args.shared_prefixes, args.model)
+        if args.steps:
+            roles = ("explore", "complete") if args.role == "both" else (args.role,)
+            counted["timed"] = time_shared_prefixes(args.shared_prefixes, args.model, args.steps, args.seed, roles)
+            print(json.dumps(counted))
         return
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
 

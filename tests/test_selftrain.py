@@ -52,10 +52,14 @@ def test_train_sections_and_lora_train_config_share_one_set_of_defaults():
     # iteration adapters: one epoch; both sections: 4 records per optimizer step whatever the process count
     assert cfg.train == dataclasses.replace(LoraTrainConfig(), epochs=1.0, effective_batch_size=4)
     assert cfg.bootstrap.train == dataclasses.replace(LoraTrainConfig(), epochs=1.0, learning_rate=1e-3, effective_batch_size=4)
-    # the CPU default run's values (its figures were measured with them)
+    # the CPU default run's values (its figures were measured with them): the sections' 4 records in one pass
     lora = LoraTrainConfig()
     assert (lora.per_device_batch_size, lora.gradient_accumulation_steps, lora.learning_rate, lora.epochs,
-            lora.max_length, lora.logging_steps) == (1, 4, 3e-4, 2.0, 1024, 5)
+            lora.max_length, lora.logging_steps, lora.share_prefixes) == (None, 4, 3e-4, 2.0, 1024, 5, True)
+    from knowtrace_train.train.config import as_trained
+
+    assert [(t.per_device_batch_size, t.gradient_accumulation_steps) for t in
+            (as_trained(cfg.train, 1), as_trained(cfg.bootstrap.train, 1), as_trained(cfg.train, 2))] == [(4, 1), (4, 1), (2, 1)]
 
 
 def test_overriding_one_nested_key_keeps_the_other_defaults():

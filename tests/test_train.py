@@ -241,23 +241,88 @@ def test_the_cpu_completion_loss_is_trls_loss(tiny_model_dir, real_tokenizer):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
 
 
+@pytest.mark.parametrize("padding_free", [False, True])
+def test_shared_prefix_passes_give_the_per_record_loss_and_gradients(tiny_model_dir, real_tokenizer, padding_free):
+    """Records of a batch that begin alike run their common prompt tokens once (`shared_prefix_loss`); the loss
+    and every LoRA gradient are those of one pass per record (`completion_loss` on the whole batch), and
+    fewer tokens are computed."""
+    from datasets import Dataset
+
+    from knowtrace_train.train.lora import _load_base, lora_config, sft_args
+    from knowtrace_train.train.trainer import batch_records, completion_loss, counting_trainer_class, shared_prefix_loss
+
+    records = load_records(_records(3) + [{"prompt": PROMPT, "completion": COMPLETION}], "complete")
+    rows, _ = tokenize_records(real_tokenizer, records, "chat", 512)
+    config = LoraTrainConfig(rank=4, dropout=0.0, per_device_batch_size=4, gradient_accumulation_steps=1, seed=1,
+                             padding_free=padding_free)
+    model = _load_base(tiny_model_dir, "fp32", config, "cpu")
+    args = sft_args(config, "fp32", "cpu", "/tmp/unused")
+    trainer = counting_trainer_class(share_prefixes=True)(
+        model=model, args=args, train_dataset=Dataset.from_list(rows), processing_class=real_tokenizer,
+        peft_config=lora_config(config))
+    batch = trainer._prepare_inputs(next(iter(trainer.get_train_dataloader())))
+    assert ("attention_mask" not in batch) == padding_free
+    assert sorted(ids for ids, _ in batch_records(batch)) == sorted(r["input_ids"] for r in rows)
+    peft_model = trainer.model
+    for p in peft_model.parameters():
+        if p.requires_grad:
+            torch.nn.init.normal_(p, std=0.02)
+    losses, grads = [], []
+    for compute in (completion_loss, shared_prefix_loss):
+        peft_model.zero_grad()
+        loss = compute(trainer, peft_model, dict(batch), num_items_in_batch=None)
+        loss.backward()
+        losses.append(loss.detach())
+        grads.append([p.grad.clone() for p in peft_model.parameters() if p.requires_grad])
+    torch.testing.assert_close(losses[1], losses[0], rtol=1e-5, atol=1e-6)
+    for a, b in zip(*grads):
+        torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-6)
+    # the three BrandN records share the chat header and "Question: Who founded the company Brand"
+    tokens = sum(len(r["input_ids"]) for r in rows)
+    assert 0 < trainer._computed <= tokens - 2 * 16
+
+
 def test_one_record_per_pass_with_accumulation_trains_what_one_flattened_batch_trains(tiny_model_dir, tmp_path):
-    """The CPU default (batches of 4 as 4 passes of 1 record) takes the optimizer step a padding-free batch of 4
-    takes: the loss is normalized over the accumulated completion tokens, not per pass."""
+    """Batches of 4 as 4 passes of 1 record, as one padding-free pass, and as one pass whose shared prompt prefixes
+    run once (the CPU default) take the same optimizer step: the loss is normalized over the step's completion
+    tokens, not per pass; only the shared-prefix pass computes fewer positions."""
     from safetensors.torch import load_file
 
     common = dict(rank=4, dropout=0.0, learning_rate=1e-2, max_steps=1, logging_steps=1, seed=2)
     records = _records(3) + [{"prompt": PROMPT, "completion": COMPLETION, "role": "complete"}]
-    flat = train_role(tiny_model_dir, records, tmp_path / "flat", LoraTrainConfig(
-        per_device_batch_size=4, gradient_accumulation_steps=1, **common), role="complete")
-    passes = train_role(tiny_model_dir, records, tmp_path / "passes", LoraTrainConfig(
-        per_device_batch_size=1, gradient_accumulation_steps=4, **common), role="complete")
-    assert flat.tokens == passes.tokens and flat.steps == passes.steps == 1
-    a = load_file(tmp_path / "flat" / "adapter_model.safetensors")
-    b = load_file(tmp_path / "passes" / "adapter_model.safetensors")
-    assert a.keys() == b.keys()
-    for k in a:
-        torch.testing.assert_close(a[k], b[k], rtol=1e-4, atol=1e-6)
+    ways = {
+        "flat": dict(per_device_batch_size=4, gradient_accumulation_steps=1, share_prefixes=False),
+        "passes": dict(per_device_batch_size=1, gradient_accumulation_steps=4),
+        "shared": dict(effective_batch_size=4),  # the self-training default: auto batch of 4, prefixes shared
+    }
+    results = {name: train_role(tiny_model_dir, records, tmp_path / name, LoraTrainConfig(**way, **common),
+                                role="complete") for name, way in ways.items()}
+    assert len({(r.tokens, r.steps) for r in results.values()}) == 1 and results["flat"].steps == 1
+    assert results["passes"].computed_tokens == results["flat"].computed_tokens == results["flat"].tokens
+    assert results["shared"].computed_tokens < results["flat"].tokens
+    info = read_training_info(tmp_path / "shared")["config"]
+    assert (info["per_device_batch_size"], info["gradient_accumulation_steps"]) == (4, 1)
+    adapters = {name: load_file(tmp_path / name / "adapter_model.safetensors") for name in ways}
+    for name in ("passes", "shared"):
+        assert adapters[name].keys() == adapters["flat"].keys()
+        for k in adapters["flat"]:
+            torch.testing.assert_close(adapters[name][k], adapters["flat"][k], rtol=1e-4, atol=1e-6)
+
+
+def test_an_auto_per_device_batch_takes_each_process_share_of_the_effective_batch():
+    from knowtrace_train.train.config import as_trained, per_device_batch_for
+
+    config = LoraTrainConfig(effective_batch_size=4)
+    assert config.per_device_batch_size is None
+    assert [per_device_batch_for(config, p) for p in (1, 2, 4)] == [4, 2, 1]
+    assert [gradient_accumulation_for(config, p) for p in (1, 2, 4)] == [1, 1, 1]
+    assert per_device_batch_for(LoraTrainConfig(effective_batch_size=8), 3) == 1  # 8 does not split over 3
+    with pytest.raises(ValueError, match="not a multiple"):
+        as_trained(LoraTrainConfig(effective_batch_size=8), 3)
+    assert per_device_batch_for(LoraTrainConfig(), 1) == 1  # no effective batch: one record per pass, accumulated
+    assert as_trained(LoraTrainConfig(per_device_batch_size=2, effective_batch_size=8), 2).gradient_accumulation_steps == 2
+    with pytest.raises(ValueError, match="per_device_batch_size"):
+        LoraTrainConfig(per_device_batch_size=0)
 
 
 # -- training ------------------------------------------------------------------------------------------------
@@ -459,19 +524,28 @@ def test_merging_refuses_a_quantized_base(tiny_model_dir, tmp_path, trained):
 DDP_SCRIPT = """
 import json, sys
 from pathlib import Path
+import knowtrace_train.train.lora as lora
 from knowtrace_train.train.lora import LoraTrainConfig, train_role
 
 model, out, result_dir = sys.argv[1:4]
+weights = []
+measured = lora.train_measured
+def keep_weights(trainer, *args, **kwargs):  # each process's LoRA weights after training: synced, they agree
+    r = measured(trainer, *args, **kwargs)
+    weights.append([float(p.detach().double().sum()) for p in trainer.model.parameters() if p.requires_grad])
+    return r
+lora.train_measured = keep_weights
 records = [{"prompt": f"Question: Who founded the company Brand{i}?\\nAnswer with a triplet.",
             "completion": f"(Brand{i}; was founded by; Person{i})"} for i in range(8)]
-# effective batch 4 over 2 processes of 2 records: accumulation 1
-config = LoraTrainConfig(rank=4, epochs=1, per_device_batch_size=2, effective_batch_size=4, logging_steps=1)
+# effective batch 4 over 2 processes of 2 records (auto), whose shared prefix runs once: accumulation 1
+config = LoraTrainConfig(rank=4, epochs=1, effective_batch_size=4, logging_steps=1)
 r = train_role(model, records, out, config, role="complete")
 import torch.distributed as dist
 rank = dist.get_rank()
 Path(result_dir, f"rank{rank}.json").write_text(json.dumps(
     {"backend": dist.get_backend(), "world": dist.get_world_size(), "steps": r.steps, "tokens": r.tokens,
-     "effective": r.effective_batch_size, "accumulation": r.gradient_accumulation_steps}))
+     "effective": r.effective_batch_size, "accumulation": r.gradient_accumulation_steps,
+     "computed": r.computed_tokens, "weights": weights[0]}))
 """
 
 
@@ -495,6 +569,10 @@ def test_two_process_data_parallel_training_writes_once(tiny_model_dir, tmp_path
     assert all(r["effective"] == 4 and r["accumulation"] == 1 for r in results)
     rows, _ = tokenize_records(real_tokenizer, load_records(_records(8), "complete"), "chat", 2048)
     assert results[0]["tokens"] == results[1]["tokens"] == sum(len(r["input_ids"]) for r in rows)
+    assert results[0]["computed"] < results[0]["tokens"]  # the pairs of records ran their shared prefix once
+    # the gradients of the shared-prefix passes were averaged over the processes: both hold the same adapter
+    # (each trained on other records, so unsynced they would differ)
+    torch.testing.assert_close(results[0]["weights"], results[1]["weights"], rtol=1e-6, atol=1e-7)
     assert (out / "adapter_model.safetensors").is_file()
     assert [p.name for p in out.parent.iterdir()] == ["complete"]  # one writer, no temp folders left
 

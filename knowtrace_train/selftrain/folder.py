@@ -7,7 +7,7 @@ from typing import Any
 
 from knowtrace_train.config import ConfigError, config_to_dict, dump_config, read_yaml
 from knowtrace_train.selftrain.config import LAUNCH_KEY, SelfTrainConfig
-from knowtrace_train.train.config import gradient_accumulation_for
+from knowtrace_train.train.config import gradient_accumulation_for, per_device_batch_for
 
 #: Config keys a rerun may change without invalidating the run folder.
 RESUMABLE_CHANGES = ("name", "output_dir", "iterations", "threads", "generator.progress", "retriever.show_progress",
@@ -28,7 +28,7 @@ def launch_record(config: SelfTrainConfig, processes: int) -> dict[str, Any]:
     """How the run is launched, written into its config.yaml under `launch:` (not a config key: a resume
     must match it): the process count and the effective batch (per device x accumulation x processes)."""
     def effective(tc) -> int:
-        return tc.per_device_batch_size * gradient_accumulation_for(tc, processes) * processes
+        return per_device_batch_for(tc, processes) * gradient_accumulation_for(tc, processes) * processes
 
     return {"processes": processes,
             "effective_batch": {"train": effective(config.train), "bootstrap": effective(config.bootstrap.train)}}

@@ -15,10 +15,10 @@ PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 
 @dataclass
 class LoraTrainConfig:
-    """LoRA SFT settings for one role. The defaults are the self-training default run's `train:` section
-    (SmolLM2-135M on CPU: batches of 4 as 4 forward passes of one record, rate 3e-4, records up to 1024
-    tokens; one record per pass trained 1.5x faster than 4 flattened into one, scripts/bench_train.py); the paper's
-    smallest grid point (Sec. 4.1: batch 32, rate 1e-4) is recipes/configs/selftrain_paper_gpu.yaml's."""
+    """LoRA SFT settings for one role. The self-training sections set effective_batch_size 4 (SmolLM2-135M on CPU:
+    one forward pass of 4 records whose shared prompt prefix runs once, rate 3e-4, records up to 1024 tokens;
+    scripts/bench_train.py); the paper's smallest grid point (Sec. 4.1: batch 32, rate 1e-4) is
+    recipes/configs/selftrain_paper_gpu.yaml's."""
 
     rank: int = field(default=16, metadata={"help": "LoRA rank r."})
     alpha: int = field(default=32, metadata={"help": "LoRA alpha (the update is scaled by alpha / rank)."})
@@ -32,9 +32,11 @@ class LoraTrainConfig:
     )
     epochs: float = field(default=2.0, metadata={"help": "Passes over the records (the paper tunes 1, 2, 3)."})
     learning_rate: float = field(default=3e-4, metadata={"help": "Peak AdamW learning rate (linear decay)."})
-    per_device_batch_size: int = field(
-        default=1,
-        metadata={"help": "Records per forward pass per process; on CPUs 1 is faster for long records, on GPUs raise it."},
+    per_device_batch_size: int | None = field(
+        default=None,
+        metadata={"help": (
+            "Records per forward pass per process; null (auto): a process's whole share of effective_batch_size "
+            "in one pass where it divides evenly, else 1 (accumulated).")},
     )
     gradient_accumulation_steps: int = field(
         default=4, metadata={"help": "Forward passes per optimizer step (effective batch = this x batch x processes); ignored where effective_batch_size is set."}
@@ -51,6 +53,13 @@ class LoraTrainConfig:
     padding_free: bool = field(
         default=True,
         metadata={"help": "Flatten a batch into one sequence without pad tokens (FlashAttention varlen on GPUs)."},
+    )
+    share_prefixes: bool = field(
+        default=True,
+        metadata={"help": (
+            "On CPUs, where a forward pass holds several records, run the prompt tokens they begin with once and "
+            "each record's remainder on their keys and values: the same loss and gradients, fewer tokens computed "
+            "(docs/training.md). GPUs keep the padding-free batch.")},
     )
     packing: bool = field(
         default=False,
@@ -86,9 +95,12 @@ class LoraTrainConfig:
         def bad(name: str, why: str) -> ValueError:
             return ValueError(f"LoraTrainConfig.{name}: {why} (got {getattr(self, name)!r})")
 
-        for name in ("rank", "alpha", "per_device_batch_size", "gradient_accumulation_steps", "max_length"):
+        for name in ("rank", "alpha", "gradient_accumulation_steps", "max_length"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 raise bad(name, "must be a positive integer")
+        b = self.per_device_batch_size
+        if b is not None and (isinstance(b, bool) or not isinstance(b, int) or b < 1):
+            raise bad("per_device_batch_size", "must be a positive integer or null (auto)")
         if self.effective_batch_size is not None and (
             not isinstance(self.effective_batch_size, int) or self.effective_batch_size < 1
         ):
@@ -189,20 +201,39 @@ class KTOSettings:
                              f"got {self.batch_size!r}")
 
 
+def per_device_batch_for(config: LoraTrainConfig, processes: int) -> int:
+    """Records per forward pass per process: `per_device_batch_size`, or where it is null (auto) the process's
+    whole share of `effective_batch_size` where that divides evenly among `processes`, else 1."""
+    if config.per_device_batch_size is not None:
+        return config.per_device_batch_size
+    e = config.effective_batch_size
+    return e // processes if e is not None and e % processes == 0 else 1
+
+
 def gradient_accumulation_for(config: LoraTrainConfig, processes: int) -> int:
     """Forward passes per optimizer step for `processes` data-parallel processes: `gradient_accumulation_steps`,
-    or, where `effective_batch_size` is set, effective_batch_size / (per_device_batch_size x processes), so the
+    or, where `effective_batch_size` is set, effective_batch_size / (per-device batch x processes), so the
     effective batch stays what the config names whatever the process count. A remainder raises naming the numbers."""
     if config.effective_batch_size is None:
         return config.gradient_accumulation_steps
-    per_pass = config.per_device_batch_size * processes
+    per_device = per_device_batch_for(config, processes)
+    per_pass = per_device * processes
     if config.effective_batch_size % per_pass:
         raise ValueError(
             f"effective_batch_size {config.effective_batch_size} is not a multiple of per_device_batch_size "
-            f"{config.per_device_batch_size} x {processes} processes = {per_pass} records per forward pass; "
+            f"{per_device} x {processes} processes = {per_pass} records per forward pass; "
             "change one of the three"
         )
     return config.effective_batch_size // per_pass
+
+
+def as_trained(config: LoraTrainConfig, processes: int) -> LoraTrainConfig:
+    """`config` with the per-device batch and the accumulation it trains with under `processes` processes (what
+    an adapter's training record holds)."""
+    import dataclasses
+
+    return dataclasses.replace(config, per_device_batch_size=per_device_batch_for(config, processes),
+                               gradient_accumulation_steps=gradient_accumulation_for(config, processes))
 
 
 def launched_processes() -> int:
@@ -225,7 +256,7 @@ def common_args(config: LoraTrainConfig, precision: str, device: str, output_dir
         num_train_epochs=config.epochs,
         max_steps=config.max_steps,
         learning_rate=config.learning_rate,
-        per_device_train_batch_size=config.per_device_batch_size,
+        per_device_train_batch_size=per_device_batch_for(config, world),
         gradient_accumulation_steps=gradient_accumulation_for(config, world),
         seed=config.seed,
         data_seed=config.seed,

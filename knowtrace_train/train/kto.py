@@ -25,8 +25,8 @@ from typing import Any
 from knowtrace_train.train.config import (
     KTOSettings,
     LoraTrainConfig,
+    as_trained,
     common_args,
-    gradient_accumulation_for,
     launched_processes,
 )
 from knowtrace_train.train.lora import (
@@ -159,8 +159,7 @@ def train_role_kto(
 
     config = config or LoraTrainConfig()
     kto = kto or KTOSettings()
-    trained = dataclasses.replace(config, per_device_batch_size=kto.batch_size)
-    trained = dataclasses.replace(trained, gradient_accumulation_steps=gradient_accumulation_for(trained, launched_processes()))
+    trained = as_trained(dataclasses.replace(config, per_device_batch_size=kto.batch_size), launched_processes())
     base_model_path, output_dir = Path(base_model_path), Path(output_dir)
     device = training_device()
     if config.qlora:

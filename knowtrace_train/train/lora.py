@@ -10,7 +10,6 @@ nccl on GPUs); only the main process writes the adapter.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import tempfile
@@ -22,7 +21,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from knowtrace_train.errors import UserError, import_extra
 from knowtrace_train.generation.prepare import PROMPT_FORMATS
 from knowtrace_train.io import atomic_dir, iter_jsonl, write_json
-from knowtrace_train.train.config import LoraTrainConfig, common_args, gradient_accumulation_for, launched_processes
+from knowtrace_train.train.config import LoraTrainConfig, as_trained, common_args, launched_processes, per_device_batch_for
 from knowtrace_train.train.precision import resolve_precision, training_device
 from knowtrace_train.train.trainer import counting_trainer_class
 
@@ -62,6 +61,8 @@ class TrainResult:
     processes: int = 1
     #: the optimizer step where `plateau_steps` found the loss flat and stopped training (None: trained to the end)
     plateau_stop_step: int | None = None
+    #: token positions the forward passes computed: pads included, a prefix that records share once (share_prefixes)
+    computed_tokens: int = 0
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -228,7 +229,7 @@ def _load_base(base_model_path: Path, precision: str, config: LoraTrainConfig, d
 
     kwargs: dict[str, Any] = {
         "attn_implementation": _attention_implementation(
-            device, (config.padding_free and config.per_device_batch_size > 1) or config.packing, precision
+            device, (config.padding_free and per_device_batch_for(config, launched_processes()) > 1) or config.packing, precision
         )
     }
     if config.qlora:
@@ -332,7 +333,7 @@ def sft_args(config: LoraTrainConfig, precision: str, device: str, output_dir: s
     from trl import SFTConfig
 
     # At one record per pass there is no padding to remove (and TRL warns about it)
-    padding_free = (config.padding_free and config.per_device_batch_size > 1) or config.packing
+    padding_free = (config.padding_free and per_device_batch_for(config, launched_processes()) > 1) or config.packing
     return SFTConfig(
         **common_args(config, precision, device, output_dir),
         # Records are tokenized and length-checked here; TRL only batches them.
@@ -364,8 +365,8 @@ def train_role(
     from transformers import AutoTokenizer
 
     config = config or LoraTrainConfig()
-    # the accumulation as trained (derived from effective_batch_size where set): recorded with the adapter
-    config = dataclasses.replace(config, gradient_accumulation_steps=gradient_accumulation_for(config, launched_processes()))
+    # the batch and accumulation as trained (derived from effective_batch_size where set): recorded with the adapter
+    config = as_trained(config, launched_processes())
     base_model_path = Path(base_model_path)
     output_dir = Path(output_dir)
     device = training_device()
@@ -382,7 +383,7 @@ def train_role(
     dataset = Dataset.from_list(rows)
 
     model = _load_base(base_model_path, precision, config, device)
-    Trainer = counting_trainer_class()
+    Trainer = counting_trainer_class(share_prefixes=config.share_prefixes and not config.packing)
     with tempfile.TemporaryDirectory(prefix=f"knowtrace_train_{role}_") as scratch:
         args = sft_args(config, precision, device, scratch)
         trainer = Trainer(
@@ -400,8 +401,9 @@ def train_role(
         )
         result = train_measured(trainer, config, output_dir, records=len(rows), skipped=skipped, precision=precision)
         logger.info(
-            "role %s: loss %.4f over %d steps, %d tokens in %.1f s (%.1f tokens/s)",
+            "role %s: loss %.4f over %d steps, %d tokens in %.1f s (%.1f tokens/s; %d positions computed)",
             role, result.train_loss, result.steps, result.tokens, result.seconds, result.tokens_per_second,
+            result.computed_tokens,
         )
         if trainer.accelerator.is_main_process:
             peft_model = trainer.accelerator.unwrap_model(trainer.model)
@@ -429,7 +431,7 @@ def train_measured(trainer, config: LoraTrainConfig, output_dir: Path, *, record
     start = time.perf_counter()
     output = trainer.train()
     seconds = time.perf_counter() - start
-    tokens, completion_tokens, _ = trainer.global_counts()
+    tokens, completion_tokens, computed = trainer.global_counts()
     accumulation = trainer.args.gradient_accumulation_steps
     return TrainResult(
         adapter_dir=output_dir,
@@ -447,6 +449,7 @@ def train_measured(trainer, config: LoraTrainConfig, output_dir: Path, *, record
         gradient_accumulation_steps=accumulation,
         processes=processes,
         plateau_stop_step=None if plateau is None else plateau.stopped_at,
+        computed_tokens=computed,
     )
 
 

@@ -1,12 +1,14 @@
 """The trainers of every role: TRL's SFTTrainer (and KTOTrainer for `mode: kto`) counting the tokens it trains on, with the loss-carrying LM
-head on the completion positions only on CPUs (TRL's fused head scores every position there)."""
+head on the completion positions only on CPUs (TRL's fused head scores every position there) and, there, the prompt
+tokens that a batch's records share run once (`shared_prefix_loss`)."""
 
 from __future__ import annotations
 
 
-def counting_trainer_class(kind: str = "sft"):
+def counting_trainer_class(kind: str = "sft", share_prefixes: bool = False):
     """TRL's SFTTrainer (`kind` "sft") or KTOTrainer ("kto") counting the non-pad tokens, the loss-carrying
-    tokens and the positions (pad included) of every batch it trains on."""
+    tokens and the positions its forward passes computed (pad included; a shared prefix once) of every batch it
+    trains on. `share_prefixes`: on CPUs, an SFT batch of several records runs through `shared_prefix_loss`."""
     import torch
 
     if kind == "sft":
@@ -22,6 +24,7 @@ def counting_trainer_class(kind: str = "sft"):
             self.seen_tokens = 0
             self.seen_completion_tokens = 0
             self.seen_positions = 0
+            self._computed: int | None = None  # positions the last shared-prefix batch computed
 
         def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
             # TRL's fused LM head scores only the loss-carrying positions where Triton runs (GPUs); elsewhere it
@@ -29,6 +32,10 @@ def counting_trainer_class(kind: str = "sft"):
             # the SFT head runs on the completion positions only, the same loss
             if kind != "sft" or self.accelerator.device.type != "cpu":
                 return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+            several = "attention_mask" in inputs and inputs["input_ids"].shape[0] > 1 or (
+                "position_ids" in inputs and int((inputs["position_ids"][0] == 0).sum()) > 1)
+            if share_prefixes and several:
+                return shared_prefix_loss(self, model, inputs, return_outputs, num_items_in_batch)
             return completion_loss(self, model, inputs, return_outputs, num_items_in_batch)
 
         def training_step(self, model, inputs, num_items_in_batch=None):
@@ -40,11 +47,13 @@ def counting_trainer_class(kind: str = "sft"):
                 self.seen_completion_tokens += int((inputs["labels"] != -100).sum())
             elif "completion_mask" in inputs:  # KTO's batches mark the completion instead
                 self.seen_completion_tokens += int(inputs["completion_mask"].sum())
-            self.seen_positions += int(inputs["input_ids"].numel())
-            return super().training_step(model, inputs, num_items_in_batch)
+            self._computed = None
+            loss = super().training_step(model, inputs, num_items_in_batch)
+            self.seen_positions += int(inputs["input_ids"].numel()) if self._computed is None else self._computed
+            return loss
 
         def global_counts(self) -> tuple[int, int, int]:
-            """(tokens, completion tokens, positions) summed over all processes."""
+            """(tokens, completion tokens, positions computed) summed over all processes."""
             counts = torch.tensor(
                 [self.seen_tokens, self.seen_completion_tokens, self.seen_positions], device=self.accelerator.device
             )
@@ -82,3 +91,81 @@ def completion_loss(trainer, model, inputs, return_outputs=False, num_items_in_b
         correct = trainer.accelerator.gather_for_metrics(correct).sum()
         trainer._metrics[mode]["mean_token_accuracy"].append((correct / total).item() if total > 0 else 0.0)
     return (loss, out) if return_outputs else loss
+
+
+def batch_records(inputs) -> list[tuple[list[int], list[int]]]:
+    """A padded (right-padded, `attention_mask`) or padding-free (one flattened row, `position_ids` restarting at
+    0) SFT batch as one (input ids, labels) pair per record, pads removed."""
+    ids, labels = inputs["input_ids"], inputs["labels"]
+    if "attention_mask" in inputs:
+        out = []
+        for row, mask, lab in zip(ids.tolist(), inputs["attention_mask"].tolist(), labels.tolist()):
+            n = sum(mask)
+            if any(mask[n:]) or not all(mask[:n]):
+                raise ValueError("shared-prefix training needs right-padded batches (pads after every record's tokens)")
+            out.append((row[:n], lab[:n]))
+        return out
+    starts = (inputs["position_ids"][0] == 0).nonzero().squeeze(-1).tolist() + [ids.shape[1]]
+    row, lab = ids[0].tolist(), labels[0].tolist()
+    return [(row[a:b], lab[a:b]) for a, b in zip(starts, starts[1:])]
+
+
+def shared_prefix_loss(trainer, model, inputs, return_outputs=False, num_items_in_batch=None, min_prefix: int = 16):
+    """`completion_loss` over a batch of several records, where records beginning with the same prompt tokens run
+    those tokens once: the shared prefix's forward pass yields its keys and values, and each record's remainder
+    runs on top of them (one backward pass through all of it). The attention is causal, so a prefix's states do
+    not depend on what follows it: the loss and gradients are those of one pass per record (dropout 0 aside),
+    for fewer tokens computed. Groups and their prefixes come from generation.prefix.plan_prefix_groups, capped
+    before each record's first loss-carrying position, so no prefix position needs the LM head."""
+    import torch
+    import torch.nn.functional as F
+    from transformers import DynamicCache
+
+    from knowtrace_train.generation.prefix import plan_prefix_groups
+
+    records = batch_records(inputs)
+    device = inputs["input_ids"].device
+    # the logits at position t predict token t + 1: a record's first needed logit is just before its first label
+    firsts = []
+    for ids, labels in records:
+        carrying = [t for t in range(1, len(labels)) if labels[t] != -100]
+        if not carrying:
+            raise ValueError("a record in the batch carries no loss-bearing token")
+        firsts.append(carrying[0] - 1)
+    groups = plan_prefix_groups([ids[: f + 1] for (ids, _), f in zip(records, firsts)], min_prefix)
+    loss = torch.zeros((), device=device)
+    correct = torch.zeros((), dtype=torch.long, device=device)
+    valid_total = torch.zeros((), dtype=torch.long, device=device)
+    computed = 0
+    for shared, members in groups:
+        past = None
+        if shared:
+            prefix = torch.tensor([records[members[0]][0][:shared]], device=device)
+            past = model(input_ids=prefix, use_cache=True, logits_to_keep=1).past_key_values
+            layers = [(layer.keys, layer.values) for layer in past.layers]
+            computed += shared
+        for m in members:
+            ids, labels = records[m]
+            cache = DynamicCache(ddp_cache_data=layers) if shared else None
+            suffix = torch.tensor([ids[shared:]], device=device)
+            target_all = torch.tensor(labels[shared + 1 :] + [-100], device=device)
+            keep = (target_all != -100).nonzero().squeeze(-1)
+            out = model(input_ids=suffix, past_key_values=cache, use_cache=bool(shared), logits_to_keep=keep)
+            logits = out.logits[0].float()
+            target = target_all[keep]
+            loss = loss + F.cross_entropy(logits, target, reduction="sum")
+            with torch.no_grad():
+                correct += (logits.argmax(-1) == target).sum()
+                valid_total += target.numel()
+            computed += len(ids) - shared
+    trainer._computed = computed
+    denominator = num_items_in_batch if num_items_in_batch is not None else valid_total.clamp(min=1)
+    loss = loss / torch.as_tensor(denominator, device=device)
+    if trainer.args.average_tokens_across_devices and num_items_in_batch is not None:
+        loss = loss * trainer.accelerator.num_processes  # DDP averages the gradients over the processes
+    with torch.no_grad():
+        mode = "train" if model.training else "eval"
+        total = trainer.accelerator.gather_for_metrics(valid_total).sum()
+        correct = trainer.accelerator.gather_for_metrics(correct).sum()
+        trainer._metrics[mode]["mean_token_accuracy"].append((correct / total).item() if total > 0 else 0.0)
+    return (loss, None) if return_outputs else loss
