@@ -66,6 +66,14 @@ def test_undetectable_format_names_file_and_keys(tmp_path):
         detect_format(p)
 
 
+def test_a_missing_data_file_names_the_path_and_the_working_directory(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(DataFileError, match=r"data/world/dev\.jsonl: no such data file \(relative to the working directory"):
+        load_items("data/world/dev.jsonl")
+    with pytest.raises(DataFileError, match=r"nowhere\.jsonl: no such data file$"):
+        load_items(tmp_path / "nowhere.jsonl")
+
+
 def test_split_from_name():
     assert split_from_name("hotpot_dev_distractor_v1.json") == "dev"
     assert split_from_name("musique_ans_v1.0_train.jsonl") == "train"

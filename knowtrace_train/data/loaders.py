@@ -128,6 +128,9 @@ def load_items_report(
     path = Path(path)
     if format is not None and format not in FORMATS:
         raise DataFileError(f"{path}: unknown format {format!r} (known: {', '.join(FORMATS)})")
+    if not path.is_file():
+        where = "" if path.is_absolute() else f" (relative to the working directory {Path.cwd()}: run from the repository root or give an absolute path)"
+        raise DataFileError(f"{path}: no such data file{where}")
     if limit is not None and limit < 0:
         raise ValueError(f"limit must be >= 0, got {limit}")
     report = LoadReport(path=str(path), format=format or "")
