@@ -58,7 +58,7 @@ def test_a_lower_band_never_imports_a_higher_one(module, path):
 
 
 #: the methods band's own shared modules: what a method is, generic STaR, hinted reruns, batched calls
-METHODS_SHARED = ("base", "star", "hints", "calls")
+METHODS_SHARED = ("base", "star", "hints", "calls", "gold_chain")
 
 
 def test_only_the_registry_names_a_method_among_the_methods():

@@ -15,7 +15,7 @@ from typing import Any
 
 from knowtrace_train.data.corpus import CorpusConfig
 from knowtrace_train.generation import GeneratorConfig, check_generator_installed
-from knowtrace_train.methods import StrategyConfig, get_method
+from knowtrace_train.methods import METHODS, Method, StrategyConfig, get_method
 from knowtrace_train.methods.knowtrace import KnowTraceConfig, MaxNewTokensConfig
 from knowtrace_train.retrieval import RetrieverConfig, check_retriever_installed
 from knowtrace_train.train.config import KTOSettings, gradient_accumulation_for, launched_processes
@@ -264,11 +264,23 @@ class SelfTrainConfig:
         check_generator_installed(self.generator)
         self.strategy.check_installed()
         get_method(self.strategy.name).validate_for_training(self.strategy)
+        self._check_bootstrap()
         for name in ("train", "dev", "test"):
             if getattr(self.data, name) is not None and not Path(getattr(self.data, name)).is_file():
                 raise ValueError(f"data.{name}: no such file {getattr(self.data, name)!r}")
         if self.data.corpus.source == "file" and not Path(self.data.corpus.path or "").is_file():
             raise ValueError(f"data.corpus.path: no such file {self.data.corpus.path!r}")
+
+    def _check_bootstrap(self) -> None:
+        """A bootstrap (mode "always", or "auto", whose probe may ask for one) builds M0 from the method's
+        gold trajectories: a method without them is refused here, not after the base's evaluation."""
+        if self.bootstrap.mode == "never" or has_gold_trajectories(get_method(self.strategy.name)):
+            return
+        have = sorted(name for name, m in METHODS.items() if has_gold_trajectories(m))
+        raise ValueError(
+            f"bootstrap.mode: {self.bootstrap.mode} builds M0 from gold trajectories, and method "
+            f"{self.strategy.name!r} has none (methods with gold trajectories: {', '.join(have)}); set "
+            f"bootstrap.mode: never to self-train {self.strategy.name!r} from the raw base")
 
     def _check_rollout(self) -> None:
         """rollout.temperature needs a method that samples; G > 1 samples need a temperature above 0 (greedy
@@ -300,6 +312,11 @@ class SelfTrainConfig:
                 except ValueError as e:
                     at = f" (grid point {changes})" if changes else ""
                     raise ValueError(f"{where}{at}: {e}") from None
+
+
+def has_gold_trajectories(method: Method) -> bool:
+    """Whether `method` writes gold trajectories for the bootstrap (it implements Method.gold_records)."""
+    return type(method).gold_records is not Method.gold_records
 
 
 def _check_dotted(obj: Any, dotted: str, where: str) -> None:

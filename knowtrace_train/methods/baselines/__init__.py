@@ -8,16 +8,20 @@
     react.py        ReAct: Thought / Action (Search[...], Finish[...]) / Observation
     self_ask.py     Self-Ask: Follow up / Context / Intermediate answer / So the final answer is
     iter_retgen.py  Iter-RetGen: T iterations, each query the question plus the previous generation
+    gold.py         gold trajectories (the bootstrap's records): each loop run on its gold outputs
 
 Each is registered by its own name (ra_cot, ircot, react, self_ask, iter_retgen). Every call of a
 baseline runs on one generator role (`role`); its records are the "reason" calls and the forced
-"answer" calls, both training that role (`selftrain --mode star`).
+"answer" calls, both training that role (`selftrain --mode star`). Each has gold trajectories
+(`gold.py`) for the bootstrap of M0.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from typing import Callable, Sequence
 
+from knowtrace_train.data.schema import QAItem
 from knowtrace_train.methods.base import Method, StrategyConfig, Strategy
 from knowtrace_train.methods.baselines.config import (
     ANSWER,
@@ -39,6 +43,7 @@ from knowtrace_train.methods.baselines.iter_retgen import IterRetGen
 from knowtrace_train.methods.baselines.ra_cot import RACoT
 from knowtrace_train.methods.baselines.react import ReAct
 from knowtrace_train.methods.baselines.self_ask import SelfAsk
+from knowtrace_train.retrieval.base import Retriever
 
 
 class BaselineMethod(Method):
@@ -55,6 +60,15 @@ class BaselineMethod(Method):
     def for_model(self, config: BaselineConfig, trained: frozenset[str], fewshot_trained: bool) -> BaselineConfig:
         """A trained role's prompt follows `fewshot_trained`; an untrained one keeps its exemplars."""
         return dataclasses.replace(config, fewshot=fewshot_trained) if config.role in trained else config
+
+    def gold_records(self, config: BaselineConfig, items: Sequence[QAItem], retriever: Retriever, *, fewshot: bool,
+                     require_support: bool, count_tokens: Callable[[str], int], iteration: int | None):
+        """The records of the method's loop run on the items' gold chains (gold.py)."""
+        from knowtrace_train.methods.baselines.gold import baseline_gold_records
+
+        return baseline_gold_records(self.name, config, items, retriever, record_kinds=list(self.record_roles(config)),
+                                     fewshot=fewshot, require_support=require_support, count_tokens=count_tokens,
+                                     iteration=iteration)
 
 
 def _method(name: str, config_class: type, strategy_class: type) -> type[BaselineMethod]:

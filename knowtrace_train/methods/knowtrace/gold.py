@@ -4,17 +4,15 @@ written as SFT records in the same format as backtraced ones (a warm start for s
 Per hop of the chain: an exploration with one guidance pair (the hop's entity and what to
 find about it), a completion with the gold triplet over the passages the retriever returns for
 that pair, then a final exploration that concludes with Yes / Thought / Answer. The chain comes
-from `evidence.triples` (the synthetic world, 2WikiMultihopQA, MINTQA; the aligned
-sub-questions, where present, phrase the guidance) or from MuSiQue's decomposition
-(`evidence.sub_questions` with "#k" references and "entity >> relation" steps). Items without
-a chain (HotpotQA) or whose hop answers the retrieved passages do not state are counted under
-their reason, never raised on.
+from methods/gold_chain.py (shared with the baselines' gold trajectories): `evidence.triples`
+(the synthetic world, 2WikiMultihopQA, MINTQA; the aligned sub-questions, where present, phrase
+the guidance) or MuSiQue's decomposition. Items without a chain (HotpotQA) or whose hop answers
+the retrieved passages do not state are counted under their reason, never raised on.
 """
 
 from __future__ import annotations
 
 import logging
-import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Sequence
@@ -24,137 +22,22 @@ from tqdm.auto import tqdm
 import knowtrace_train.methods.knowtrace.outputs as outputs
 from knowtrace_train.methods.knowtrace.backtrace.records import backtrace_trajectories
 from knowtrace_train.data.schema import Passage, QAItem
-from knowtrace_train.kg import GuidancePair, KnowledgeGraph, TracedTriplet, Triplet
-from knowtrace_train.metrics import normalize_answer
+from knowtrace_train.kg import KnowledgeGraph, TracedTriplet
+from knowtrace_train.methods.gold_chain import (  # noqa: F401  (the chain's names, re-exported)
+    NO_CHAIN,
+    NO_CHAIN_ENTITY,
+    UNSUPPORTED_HOP,
+    Hop,
+    gold_chain,
+    gold_thought,
+    supported,
+)
 from knowtrace_train.retrieval.base import Retriever, pair_to_query
 from knowtrace_train.trajectory import ModelCall, Trajectory
 
 log = logging.getLogger(__name__)
 
 GOLD_STRATEGY = "gold"
-NO_CHAIN = "no_chain"
-NO_CHAIN_ENTITY = "no_chain_entity"
-UNSUPPORTED_HOP = "unsupported_hop"
-
-_REF = re.compile(r"#(\d+)")
-_AUX = r"(?:is|are|was|were|did|does|do|has|have|had)"
-#: a leading wh-phrase: "who was", "where did", "which state", "what city did", "how many stores are"
-_WH = re.compile(
-    rf"^\s*(?:(?:what|which|whose|how\s+(?:many|much))(?:\s+(?!{_AUX}\b)\w+)?|who|whom|where|when|why|how)\b"
-    rf"(?:\s+{_AUX}\b)?\s*",
-    re.IGNORECASE,
-)
-_PARTICIPLE = {"born", "educated", "founded", "located", "married", "directed", "written", "painted",
-               "published", "employed", "based", "buried", "named", "owned", "produced", "composed",
-               "headquartered", "formed", "released", "created", "designed", "built"}
-
-
-@dataclass(frozen=True)
-class Hop:
-    """One step of a gold chain: the pair exploration asks and the triplet completion finds."""
-
-    pair: GuidancePair
-    triplet: Triplet
-    #: the hop's sentence in the final thought, where the relation does not make one
-    sentence: str | None = None
-
-
-def _guidance(entity: str, relation: str) -> str:
-    return f"find the {relation} of {entity}"
-
-
-def _sub_question_text(question: str, answers: Sequence[str]) -> str:
-    def ref(m: re.Match) -> str:
-        k = int(m.group(1)) - 1
-        return answers[k] if 0 <= k < len(answers) else m.group(0)
-
-    return " ".join(_REF.sub(ref, question).split())
-
-
-def _triples_chain(item: QAItem) -> list[Hop]:
-    triples = [Triplet(*map(str, t)) for t in item.evidence.triples]
-    subs = item.evidence.sub_questions
-    aligned = len(subs) == len(triples)
-    hops = []
-    for i, t in enumerate(triples):
-        guidance = _sub_question_text(subs[i].question, [s.answer for s in subs]) if aligned else \
-            _guidance(t.subject, t.relation)
-        hops.append(Hop(GuidancePair(t.subject, guidance), t))
-    return hops
-
-
-def _relation_from_question(question: str, entity: str) -> str:
-    """A relation phrase from a natural-language sub-question: the question without its
-    wh-phrase, the entity and the question mark ("Which state borders #2 to the east?" ->
-    "borders to the east")."""
-    q = question.replace("?", " ")
-    q = _REF.sub(" ", q)
-    if entity:
-        q = re.sub(re.escape(entity), " ", q, flags=re.IGNORECASE)
-    q = _WH.sub("", q.strip())
-    return " ".join(q.split()).strip(" ,.") or "is related to"
-
-
-def _musique_chain(item: QAItem) -> list[Hop] | str:
-    subs = item.evidence.sub_questions
-    answers = [s.answer for s in subs]
-    titles = {p.id: p.title for p in item.context}
-    hops = []
-    for s in subs:
-        q = s.question.strip()
-        if ">>" in q:
-            ent, rel = (x.strip() for x in q.split(">>", 1))
-            entity = _sub_question_text(ent, answers)
-            relation = rel
-            guidance = _guidance(entity, relation)
-        else:
-            refs = [int(k) - 1 for k in _REF.findall(q)]
-            if refs and 0 <= refs[0] < len(answers):
-                entity = answers[refs[0]]
-            else:
-                cands = [titles[p] for p in s.paragraph_ids if p in titles]
-                entity = next((t for t in cands if t and t.lower() in q.lower()), "")
-                if not entity:
-                    return NO_CHAIN_ENTITY
-            relation = _relation_from_question(q, entity if not refs else "")
-            guidance = _sub_question_text(q, answers).rstrip(" ?") + "?"
-        if not entity.strip() or not s.answer.strip():
-            return NO_CHAIN_ENTITY
-        sentence = None if ">>" in q else f"The answer to \"{guidance}\" is {s.answer}."
-        hops.append(Hop(GuidancePair(entity, guidance), Triplet(entity, relation, s.answer), sentence))
-    return hops
-
-
-def gold_chain(item: QAItem) -> list[Hop] | str:
-    """The hops of an item's gold evidence chain, or the reason it has none."""
-    if item.evidence.triples:
-        return _triples_chain(item)
-    if item.evidence.sub_questions:
-        return _musique_chain(item)
-    return NO_CHAIN
-
-
-def _sentence(t: Triplet) -> str:
-    words = t.relation.split()
-    if words and (words[0].lower() in _PARTICIPLE):
-        return f"{t.subject} was {t.relation} {t.object}."
-    if words and words[-1].lower() in {"in", "at", "by", "of", "to", "from", "for", "with", "on", "as"}:
-        return f"{t.subject} {t.relation} {t.object}."
-    if len(words) <= 4 and not re.search(r"\b(is|was|are|were|has|had)\b", t.relation):
-        return f"The {t.relation} of {t.subject} is {t.object}."
-    return f"{t.subject} {t.relation} {t.object}."
-
-
-def gold_thought(hops: Sequence[Hop], answer: str) -> str:
-    """The final thought: one sentence per hop, then the answer."""
-    return " ".join(h.sentence or _sentence(h.triplet) for h in hops) + f" So the answer is {answer}."
-
-
-def _supported(t: Triplet, passages: Sequence[Passage]) -> bool:
-    obj = normalize_answer(t.object)
-    if not obj:
-        return False
-    return any(f" {obj} " in f" {normalize_answer(p.title + ' ' + p.text)} " for p in passages)
 
 
 def build_gold_trajectory(
@@ -251,7 +134,7 @@ def gold_trajectories(
     for it, chain in chains:
         per_hop = results[pos : pos + len(chain)]
         pos += len(chain)
-        if require_support and not all(_supported(h.triplet, ps) for h, ps in zip(chain, per_hop)):
+        if require_support and not all(supported(h.triplet, ps) for h, ps in zip(chain, per_hop)):
             reasons[UNSUPPORTED_HOP] += 1
             continue
         out.append(build_gold_trajectory(it, chain, per_hop, fewshot=fewshot, kg_format=kg_format,

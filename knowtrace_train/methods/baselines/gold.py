@@ -1,0 +1,349 @@
+"""Gold trajectories of the baselines: the ideal run of each baseline's own loop over an item's gold evidence chain.
+
+The chain is KnowTrace's (methods/gold_chain.py): per hop its sub-question, its answer (the triplet's
+object) and the sentence that states it. Each baseline writes the chain in its own call format:
+
+    self_ask     " Yes.\\nFollow up: <q1>", then " <a1>.\\nFollow up: <q2>", ..., " <an>.\\nSo the final answer is: <answer>."
+    ircot        one CoT sentence per call (" <s1>", " <s2>", ...), then " So the answer is: <answer>."
+    react        " <thought k>\\nAction k: Search[<qk>]" per hop, then " <sn> So the answer is <answer>.\\nAction n+1: Finish[<answer>]"
+    ra_cot       one call: " <s1> <s2> ... So the answer is: <answer>."
+    iter_retgen  the same chain of thought in each of its T iterations
+
+The trajectory is made by the method's own loop (`strategy.loop`) on a runner whose "generator" writes
+these texts: the prompts, response prefixes, transcripts and retrieval queries are the method's own,
+the passages are the real retriever's (N = `passages` per query), and the method's own parser reads
+every gold output. An item is skipped, counted under its reason, where:
+
+    no_chain / no_chain_entity  the item has no gold chain (HotpotQA) or a step without an entity
+    too_many_hops               the chain needs more rounds than the method's `max_rounds` allows
+    unreadable_step             the method's loop does not read a gold output back as the intended step
+                                (a sub-question asked twice, a sentence its sentence splitter would cut, a
+                                bracket in a ReAct answer): the loop ended otherwise than with the gold answer
+    unsupported_hop             (with `require_support`) a hop's answer is not stated in the passages the
+                                method retrieved for that hop: Self-Ask's follow-up and ReAct's Search of
+                                that hop, the passages in IRCoT's prompt when it writes the hop's sentence,
+                                RA-CoT's one retrieval, every one of Iter-RetGen's T retrievals
+
+The records are the STaR records of these trajectories (methods/star.py): prompt and output (response
+prefix included) of every call, under the call's kind, exactly as a rollout's correct calls are written.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+from knowtrace_train.data.schema import Passage, QAItem
+from knowtrace_train.methods.baselines.common import ANSWER_MARK, clean_answer, passage_line
+from knowtrace_train.methods.baselines.config import (
+    IRCOT,
+    ITER_RETGEN,
+    RA_COT,
+    REACT,
+    REASON,
+    SELF_ASK,
+    BaselineConfig,
+)
+from knowtrace_train.methods.baselines.runner import Live, Runner, Step
+from knowtrace_train.methods.baselines.self_ask import FINAL
+from knowtrace_train.methods.base import get_method
+from knowtrace_train.methods.gold_chain import (
+    NO_CHAIN,
+    NO_CHAIN_ENTITY,
+    UNSUPPORTED_HOP,
+    Hop,
+    gold_chain,
+    hop_sentence,
+    supported,
+)
+from knowtrace_train.methods.star import star_records
+from knowtrace_train.metrics import exact_match
+from knowtrace_train.retrieval.base import Retriever
+from knowtrace_train.trajectory import ModelCall, Trajectory
+
+log = logging.getLogger(__name__)
+
+TOO_MANY_HOPS = "too_many_hops"
+UNREADABLE_STEP = "unreadable_step"
+#: every reason a baseline's gold trajectory may be skipped for
+SKIP_REASONS = (NO_CHAIN, NO_CHAIN_ENTITY, TOO_MANY_HOPS, UNREADABLE_STEP, UNSUPPORTED_HOP)
+#: the suffix of a gold trajectory's id (`<item id>#gold`, as KnowTrace's)
+GOLD_ID_SUFFIX = "#gold"
+#: a gold call for which the script has no output (the loop went off the gold path)
+OFF_SCRIPT = "the gold script has no output for this call"
+
+
+@dataclass(frozen=True)
+class GoldStep:
+    """One gold call: the text the model should write after the call's response prefix, and what the
+    method's parser must read from it (keys of `ModelCall.parsed` and their values)."""
+
+    text: str
+    expect: Mapping[str, Any]
+
+
+def _period(text: str) -> str:
+    text = text.strip()
+    return text if text.endswith((".", "!", "?")) else text + "."
+
+
+def _cot(hops: Sequence[Hop], answer: str) -> str:
+    """The gold chain of thought: one sentence per hop, then "So the answer is: <answer>."."""
+    return " ".join([*(hop_sentence(h) for h in hops), f"{ANSWER_MARK} {_period(answer)}"])
+
+
+# -- each baseline's gold calls ------------------------------------------------------------------
+
+
+def self_ask_steps(hops: Sequence[Hop], answer: str) -> list[GoldStep]:
+    """Self-Ask: the first call says follow-ups are needed and asks the first sub-question; each
+    later call answers the last follow-up and asks the next; the last one answers and concludes."""
+    steps = [GoldStep(f" Yes.\nFollow up: {hops[0].question}", {"follow_up": hops[0].question, "final": None})]
+    for prev, hop in zip(hops, hops[1:]):
+        steps.append(GoldStep(f" {_period(prev.triplet.object)}\nFollow up: {hop.question}",
+                              {"intermediate": clean_answer(prev.triplet.object), "follow_up": hop.question,
+                               "final": None}))
+    steps.append(GoldStep(f" {_period(hops[-1].triplet.object)}\n{FINAL} {_period(answer)}",
+                          {"intermediate": clean_answer(hops[-1].triplet.object), "final": clean_answer(answer)}))
+    return steps
+
+
+def ircot_steps(hops: Sequence[Hop], answer: str) -> list[GoldStep]:
+    """IRCoT: one sentence per call, each stating a hop's answer (and then the next query), then the answer."""
+    last = f"{ANSWER_MARK} {_period(answer)}"
+    return [GoldStep(f" {hop_sentence(h)}", {"sentence": hop_sentence(h)}) for h in hops] + [
+        GoldStep(f" {last}", {"sentence": last, "answer": clean_answer(answer)})]
+
+
+def react_query(hop: Hop) -> str:
+    """ReAct's Search query for a hop: its sub-question."""
+    return hop.question
+
+
+def react_steps(hops: Sequence[Hop], answer: str) -> list[GoldStep]:
+    """ReAct: per hop a thought (what the last observation said, what to find next) and Search[the
+    hop's sub-question]; then a thought with the last hop's answer and Finish[answer]."""
+    steps = []
+    for k, hop in enumerate(hops):
+        said = f"{hop_sentence(hops[k - 1])} " if k else ""
+        thought = f"{said}Now I need to find out: {hop.question}" if k else f"I need to find out: {hop.question}"
+        steps.append(GoldStep(f" {thought}\nAction {k + 1}: Search[{react_query(hop)}]",
+                              {"thought": thought, "action": "search", "argument": react_query(hop)}))
+    thought = f"{hop_sentence(hops[-1])} So the answer is {_period(answer)}"
+    steps.append(GoldStep(f" {thought}\nAction {len(hops) + 1}: Finish[{answer}]",
+                          {"thought": thought, "action": "finish", "argument": answer.strip()}))
+    return steps
+
+
+def cot_steps(hops: Sequence[Hop], answer: str, calls: int = 1) -> list[GoldStep]:
+    """RA-CoT (one call) and Iter-RetGen (one call per iteration): the whole gold chain of thought."""
+    return [GoldStep(f" {_cot(hops, answer)}", {"answer": clean_answer(answer)}) for _ in range(calls)]
+
+
+def _hops_fit(name: str, hops: Sequence[Hop], config: BaselineConfig) -> bool:
+    """Whether the method's loop has the rounds the chain needs (else the loop would force an answer)."""
+    if name == SELF_ASK:
+        return len(hops) <= config.max_rounds  # one follow-up per hop; the final answer may come after the last
+    if name in (IRCOT, REACT):
+        return len(hops) + 1 <= config.max_rounds  # a sentence / thought per hop, and one with the answer
+    return True
+
+
+def gold_steps(name: str, hops: Sequence[Hop], answer: str, config: BaselineConfig) -> list[GoldStep]:
+    """The gold calls of baseline `name` over `hops`."""
+    if name == SELF_ASK:
+        return self_ask_steps(hops, answer)
+    if name == IRCOT:
+        return ircot_steps(hops, answer)
+    if name == REACT:
+        return react_steps(hops, answer)
+    if name == RA_COT:
+        return cot_steps(hops, answer)
+    if name == ITER_RETGEN:
+        return cot_steps(hops, answer, config.max_rounds)
+    raise ValueError(f"baseline {name!r} has no gold trajectories; those that have: {sorted(GOLD_BASELINES)}")
+
+
+def hop_passages(name: str, traj: Trajectory, hops: Sequence[Hop],
+                 passages: Mapping[str, Passage]) -> list[list[list[Passage]]]:
+    """Per hop, the passage lists that must each state the hop's answer: the passages the method
+    retrieved for that hop (see the module docstring)."""
+    def ids(found: Iterable[str]) -> list[Passage]:
+        return [passages[i] for i in found]
+
+    if name in (SELF_ASK, REACT):  # the k-th retrieval is the k-th hop's sub-question
+        queries = traj.meta["queries"]
+        return [[ids(queries[k]["passage_ids"])] for k in range(len(hops))]
+    if name == IRCOT:  # the passages in the prompt of the call that writes the hop's sentence
+        return [[ids(traj.calls[k].passage_ids)] for k in range(len(hops))]
+    # RA-CoT's one call, Iter-RetGen's every call: each states the whole chain
+    every = [ids(c.passage_ids) for c in traj.calls]
+    return [every for _ in hops]
+
+
+#: the baselines with gold trajectories
+GOLD_BASELINES = (RA_COT, REACT, IRCOT, SELF_ASK, ITER_RETGEN)
+
+
+# -- the runner that writes the gold outputs ----------------------------------------------------------
+
+
+class GoldRunner(Runner):
+    """A Runner whose model calls write each question's gold steps instead of generating: the method's
+    loop, parsers and retrieval run as they do in a rollout. A call beyond the script, or of another
+    kind than a reasoning step (a forced answer), gets an empty output and `OFF_SCRIPT` as its error."""
+
+    def __init__(self, name: str, config: BaselineConfig, retriever: Retriever,
+                 scripts: Mapping[str, Sequence[GoldStep]], count_tokens: Callable[[str], int]) -> None:
+        super().__init__(name, config, None, retriever, None)  # type: ignore[arg-type]
+        self.scripts = scripts
+        self.count = count_tokens
+        #: every passage a search returned, by id
+        self.found: dict[str, Passage] = {}
+
+    def search(self, lives: Sequence[Live], queries: Sequence[str], rnd: int) -> list[list[Passage]]:
+        hits = super().search(lives, queries, rnd)
+        for found in hits:
+            self.found.update((p.id, p) for p in found)
+        return hits
+
+    def generate(self, steps: Sequence[Step]) -> list[ModelCall]:
+        calls = []
+        for s in steps:
+            traj = s.live.traj
+            script = self.scripts[s.live.item.id]
+            index = len(traj.calls)
+            ok = s.kind == REASON and index < len(script)
+            text = script[index].text if ok else ""
+            call = ModelCall(index=index, role=s.kind, round=s.round, prompt=s.prompt, output=s.prefix + text,
+                             prompt_tokens=self.count(s.prompt), output_tokens=self.count(text), finish_reason="stop",
+                             error=None if ok else OFF_SCRIPT, passage_ids=[p.id for p in s.passages],
+                             retrieved_tokens=sum(self._tokens_of(p) for p in s.passages))
+            traj.calls.append(call)
+            calls.append(call)
+        return calls
+
+    def _tokens_of(self, p: Passage) -> int:
+        if p.id not in self._passage_tokens:
+            self._passage_tokens[p.id] = self.count(passage_line(p, 1))
+        return self._passage_tokens[p.id]
+
+
+def _read_back(traj: Trajectory, steps: Sequence[GoldStep], item: QAItem) -> bool:
+    """Whether the loop read every gold output as its intended step and ended with the gold answer."""
+    if traj.stop_reason != "answered" or len(traj.calls) != len(steps):
+        return False
+    for call, step in zip(traj.calls, steps):
+        if call.error is not None or call.role != REASON or call.parsed is None:
+            return False
+        if any(call.parsed.get(k) != v for k, v in step.expect.items()):
+            return False
+    return bool(traj.prediction) and any(exact_match(traj.prediction, a) for a in item.answers)
+
+
+# -- gold trajectories and their records ------------------------------------------------------------
+
+
+@dataclass
+class BaselineGoldResult:
+    """SFT records per record kind of a baseline's gold trajectories, their statistics (the
+    `Rationale` protocol's, with `items` and the skip reasons) and the trajectories themselves."""
+
+    records_by_role: dict[str, list[dict[str, Any]]]
+    stats: dict[str, Any]
+    trajectories: list[Trajectory] = field(default_factory=list)
+
+
+def baseline_gold_trajectories(
+    name: str,
+    config: BaselineConfig,
+    items: Iterable[QAItem],
+    retriever: Retriever,
+    *,
+    fewshot: bool = True,
+    require_support: bool = True,
+    count_tokens: Callable[[str], int] | None = None,
+    batch_size: int = 256,
+) -> tuple[list[Trajectory], dict[str, int]]:
+    """The gold trajectories of baseline `name` (its settings `config`, prompts with exemplars as
+    `fewshot` says) for the items that have one, and per-reason counts of those that have none."""
+    if name not in GOLD_BASELINES:
+        raise ValueError(f"baseline {name!r} has no gold trajectories; those that have: {sorted(GOLD_BASELINES)}")
+    count = count_tokens or (lambda s: len(s.split()))
+    config = dataclasses.replace(config, fewshot=fewshot)
+    strategy = get_method(name).strategy(config)
+    reasons: dict[str, int] = defaultdict(int)
+    todo: list[tuple[QAItem, list[Hop], list[GoldStep]]] = []
+    for it in items:
+        chain = gold_chain(it)
+        if isinstance(chain, str) or not chain:
+            reasons[chain if isinstance(chain, str) else NO_CHAIN] += 1
+        elif any(not h.question.strip() or not h.triplet.object.strip() for h in chain):
+            reasons[NO_CHAIN_ENTITY] += 1
+        elif not _hops_fit(name, chain, config):
+            reasons[TOO_MANY_HOPS] += 1
+        else:
+            todo.append((it, chain, gold_steps(name, chain, it.answer, config)))
+    out: list[Trajectory] = []
+    for start in range(0, len(todo), batch_size):
+        batch = todo[start : start + batch_size]
+        runner = GoldRunner(name, config, retriever, {it.id: steps for it, _, steps in batch}, count)
+        lives = runner.start([it for it, _, _ in batch])
+        strategy.loop(runner, lives)
+        for (it, chain, steps), lv in zip(batch, lives):
+            traj = lv.traj
+            if not _read_back(traj, steps, it):
+                reasons[UNREADABLE_STEP] += 1
+                continue
+            if require_support and not all(supported(h.triplet, ps) for h, lists in
+                                            zip(chain, hop_passages(name, traj, chain, runner.found)) for ps in lists):
+                reasons[UNSUPPORTED_HOP] += 1
+                continue
+            traj.id = it.id + GOLD_ID_SUFFIX
+            traj.em, traj.f1 = 1.0, 1.0
+            traj.meta["gold"] = True
+            out.append(traj)
+    return out, dict(sorted(reasons.items()))
+
+
+def baseline_gold_records(
+    name: str,
+    config: BaselineConfig,
+    items: Iterable[QAItem],
+    retriever: Retriever,
+    *,
+    record_kinds: Sequence[str],
+    fewshot: bool = True,
+    require_support: bool = True,
+    count_tokens: Callable[[str], int] | None = None,
+    iteration: int | None = 0,
+) -> BaselineGoldResult:
+    """SFT records {"prompt", "completion", "role", "trajectory_id", "iteration"} per record kind (every
+    kind in `record_kinds` present, empty where no call has it) from the gold trajectories of `items`:
+    every call kept, as STaR keeps a correct rollout's."""
+    items = list(items)
+    count = count_tokens or (lambda s: len(s.split()))
+    trajs, reasons = baseline_gold_trajectories(name, config, items, retriever, fewshot=fewshot,
+                                                require_support=require_support, count_tokens=count)
+    star = star_records(trajs, {it.id: it for it in items}, count_tokens=count, iteration=iteration)
+    records = {k: star.records_by_role.get(k, []) for k in record_kinds}
+    for k, v in star.records_by_role.items():
+        records.setdefault(k, v)
+    stats = {
+        "mode": "gold",
+        "method": name,
+        "items": len(items),
+        "trajectories": len(trajs),
+        "correct": len(trajs),
+        "skipped": reasons,
+        "records": {k: len(v) for k, v in records.items()},
+        "tokens_all": star.stats["tokens_all"],
+        "tokens_filtered": 0,
+        "fa_ratio": None,
+        "roles": star.stats["roles"],
+    }
+    log.info("%s gold trajectories: %d of %d items, skipped %s", name, len(trajs), len(items), reasons)
+    return BaselineGoldResult(records_by_role=records, stats=stats, trajectories=trajs)
