@@ -6,8 +6,11 @@ in `<output_dir>/<dataset>/<method>.jsonl`, so a rerun resumes where it stopped;
 `cell.json` records its settings, and a rerun with other settings for the same folder is refused.
 `format_tables` renders Table 1 (EM and F1 per dataset; EM with its 95% bootstrap interval), EM by
 question kind (bridge / comparison) where a dataset has kinds, the paired test (exact McNemar on EM)
-of each method against the first one (the reference) on the same questions, and Table 5 (rounds,
-retrieved tokens, seconds per question). `figures` is the JSON of all of it.
+of each method against the first one (the reference) on the same questions, Table 5 (rounds,
+retrieved tokens, seconds per question), and the Mechanism table: per (dataset, method) the method's
+own statistics of whether its mechanism runs (`Method.mechanism`: TRACE's chain length and first-step
+stops, DoG's hop-1 relation and answer-try Yes rates, ...), each as numerator/denominator = value.
+`figures` is the JSON of all of it.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from knowtrace_train.config import ConfigError, config_to_dict
+from knowtrace_train.data.schema import QAItem
 from knowtrace_train.evaluate import (
     CorpusConfig,
     DatasetConfig,
@@ -33,13 +37,14 @@ from knowtrace_train.evaluate import (
 )
 from knowtrace_train.generation import GeneratorConfig, check_generator_installed
 from knowtrace_train.io import atomic_write_text
-from knowtrace_train.methods import StrategyConfig
+from knowtrace_train.methods import StrategyConfig, get_method
+from knowtrace_train.methods.base import MechanismStat
 from knowtrace_train.methods.baselines import IRCoTConfig, IterRetGenConfig, RACoTConfig, ReActConfig, SelfAskConfig
 from knowtrace_train.methods.knowtrace import KnowTraceConfig
 from knowtrace_train.pairing import QuestionScores, compare_scores
 from knowtrace_train.report import diff_cell, em_cell
 from knowtrace_train.retrieval import RetrieverConfig, check_retriever_installed
-from knowtrace_train.trajectory import read_trajectories
+from knowtrace_train.trajectory import Trajectory, read_trajectories
 
 log = logging.getLogger(__name__)
 
@@ -127,6 +132,8 @@ class Cell:
     summary: EvalSummary
     scores: QuestionScores
     vs_reference: dict[str, Any] | None = None
+    #: the method's mechanism statistics on the cell's questions (`Method.mechanism`; {}: it has none)
+    mechanism: dict[str, MechanismStat] = field(default_factory=dict)
 
 
 def cell_config(config: CompareConfig, method: StrategyConfig, ds: CompareDataset, output: Path) -> EvalConfig:
@@ -168,6 +175,21 @@ def _scores(output: Path, ids: Sequence[str]) -> QuestionScores:
                           [float(by_id[i].f1 or 0.0) for i in have])
 
 
+def _selected(output: Path, ids: Sequence[str]) -> list[Trajectory]:
+    """The selected questions' trajectories in the dataset's order, the first of a question where a file
+    holds two (what `evaluate` summarizes)."""
+    by_id: dict[str, Trajectory] = {}
+    for t in read_trajectories(output):
+        by_id.setdefault(t.question_id, t)
+    return [by_id[i] for i in ids if i in by_id]
+
+
+def mechanism(method: StrategyConfig, output: Path, items: Sequence[QAItem]) -> dict[str, MechanismStat]:
+    """The registered method's mechanism statistics over a cell's trajectories (`Method.mechanism`)."""
+    return get_method(method.name).mechanism(_selected(output, [it.id for it in items]), method,
+                                             {it.id: it for it in items})
+
+
 def compare(config: CompareConfig, *, generator=None, progress: bool = True) -> list[Cell]:
     """Run every cell (resuming each), then pair every method with the first on each dataset."""
     labels = config.method_labels()
@@ -194,7 +216,8 @@ def compare(config: CompareConfig, *, generator=None, progress: bool = True) -> 
                 log.info("%s on %s: %d questions (%d done)", label, ds.name(), len(items), len(done & {i.id for i in items}))
                 summary = evaluate(ev, generator=generator, retriever=retriever, progress=progress)
                 cells.append(Cell(label, ds.name(), Path(ev.output), summary,  # type: ignore[arg-type]
-                                  _scores(Path(ev.output), [it.id for it in items])))  # type: ignore[arg-type]
+                                  _scores(Path(ev.output), [it.id for it in items]),  # type: ignore[arg-type]
+                                  mechanism=mechanism(method, Path(ev.output), items)))  # type: ignore[arg-type]
     finally:
         if owned and generator is not None:
             generator.close()
@@ -264,7 +287,26 @@ def format_tables(cells: Sequence[Cell]) -> str:
                                                  f"{at[m, d].summary.retrieved_tokens:,.0f}",
                                                  f"{at[m, d].summary.sec_per_question:.1f}")] for m in methods]
     out += ["Table 5 layout: rounds, retrieved tokens read by the model and seconds per question", _table(head, rows)]
+    out += ["", *mechanism_table(cells)]
     return "\n".join(out)
+
+
+def mechanism_table(cells: Sequence[Cell]) -> list[str]:
+    """The Mechanism table's lines: one row per (dataset, method), each of the method's statistics a cell
+    "name: numerator/denominator = value" ("-" and why, where the denominator is empty)."""
+    methods, datasets, at = _grid(cells)
+    width = max((len(c.mechanism) for c in cells), default=0) or 1
+    head = ["dataset", "method", "statistic: numerator/denominator = value"] + [""] * (width - 1)
+    rows = []
+    for d in datasets:
+        for m in methods:
+            if (m, d) not in at:
+                continue
+            stats = ([f"{name}: {stat.cell()}" for name, stat in at[m, d].mechanism.items()]
+                     or ["none (the method records no mechanism statistic)"])
+            rows.append([d, m] + stats + [""] * (width - len(stats)))
+    return ["Mechanism: whether each method's own mechanism runs (its statistics: docs/trace.md, docs/dog.md, docs/mintqa.md)",
+            _table(head, rows)]
 
 
 def figures(cells: Sequence[Cell], config: CompareConfig) -> dict[str, Any]:
@@ -274,6 +316,7 @@ def figures(cells: Sequence[Cell], config: CompareConfig) -> dict[str, Any]:
     for c in cells:
         entry = c.summary.headline()
         entry["stop_reasons"] = c.summary.stop_reasons
+        entry["mechanism"] = {name: stat.to_dict() for name, stat in c.mechanism.items()}
         if c.vs_reference is not None:
             em = c.vs_reference["em"]
             entry["vs_reference"] = {"n": c.vs_reference["n"], "em_diff": round(em["diff"], 4),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence
 
 from knowtrace_train.metrics import normalize_answer
 
@@ -21,6 +21,21 @@ def entity_key(name: str) -> str:
     """The looser key under which answers and graph entities are matched (target entities, path
     search, evidence quality): the official answer normalisation (case, punctuation, articles, spaces)."""
     return normalize_answer(name)
+
+
+def same_entity(a: str, b: str) -> bool:
+    """Two names of one entity: equal `entity_key`s, or one's key inside the other's as whole words."""
+    ka, kb = entity_key(a), entity_key(b)
+    if not ka or not kb:
+        return False
+    return ka == kb or f" {ka} " in f" {kb} " or f" {kb} " in f" {ka} "
+
+
+def states_gold(subject: str, obj: str, gold: Sequence[str]) -> bool:
+    """Whether a triple with these two entities states gold triple `gold` (subject, relation, object): the same
+    two entities in either order, whatever the relations say (evidence quality, TRACE's gold-triple recall)."""
+    return (same_entity(subject, gold[0]) and same_entity(obj, gold[2])) or (
+        same_entity(subject, gold[2]) and same_entity(obj, gold[0]))
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,9 @@ the reference of the paired tests), the datasets (dataset + corpus sections), on
 retriever and a question limit. Each cell's trajectories go to <output_dir>/<dataset>/<method>.jsonl;
 a rerun resumes them. Prints markdown tables (Table 1: EM/F1 per dataset and EM with its 95% interval;
 EM by question kind; EM difference from the reference with its exact McNemar p; Table 5: rounds,
-retrieved tokens, seconds per question); the last line is one JSON object of every figure.
+retrieved tokens, seconds per question; Mechanism: per dataset and method, the method's own statistics
+of whether its mechanism runs, each "name: numerator/denominator = value"); the last line is one JSON
+object of every figure (a cell's statistics under "mechanism").
 """
 
 from __future__ import annotations

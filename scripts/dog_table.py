@@ -23,6 +23,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from knowtrace_train.errors import user_errors  # noqa: E402
+from knowtrace_train.methods.dog.mechanism import first_relation_counts, gold_first_relations  # noqa: E402
 from knowtrace_train.metrics import bootstrap_interval, hits_at_1, hits_at_1_by_hops  # noqa: E402
 from knowtrace_train.trajectory import read_trajectories  # noqa: E402
 
@@ -47,11 +48,8 @@ def table(path: str, hops_of: dict[str, int | None], order: list[str] | None = N
 
 
 def _first_relation(trajs, gold_rel: dict[str, str] | None) -> float | None:
-    pairs = [(t, gold_rel[t.question_id]) for t in trajs if gold_rel and t.question_id in gold_rel]
-    if not pairs:
-        return None
-    right = sum(bool(t.meta.get("hops")) and t.meta["hops"][0].get("relation") == g for t, g in pairs)
-    return round(right / len(pairs), 4)
+    right, n = first_relation_counts(trajs, gold_rel or {})
+    return round(right / n, 4) if n else None
 
 
 def cell(hits, interval) -> str:
@@ -75,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
         items = load_items(args.data)
         hops_of = {it.id: it.hops for it in items}
         order = [it.id for it in items[: args.first]] if args.first else None
-        gold_rel = {it.id: it.evidence.triples[0][1] for it in items if it.evidence.triples}
+        gold_rel = gold_first_relations(items)
     elif args.first:
         p.error("--first needs --data")
     out = {f: table(f, hops_of, order, gold_rel) for f in args.files}

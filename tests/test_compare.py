@@ -99,3 +99,31 @@ def test_the_script_runs_end_to_end_on_the_tiny_model(tmp_path, tiny_model_dir):
     assert any(line.startswith("| knowtrace |") for line in lines) and "Table 1 layout: EM and F1" in lines
     rows = [json.loads(x) for x in (tmp_path / "out" / "world" / "self_ask.jsonl").read_text().splitlines()]
     assert len(rows) == 2 and all(r["strategy"] == "self_ask" and r["calls"] for r in rows)
+
+
+def test_compare_prints_each_method_s_mechanism_statistics(tmp_path):
+    from scripted import Scripted
+
+    def script(role, prompt):
+        task = prompt.rsplit("\n\n", 1)[-1]
+        if role == "decompose":  # one sub-question, then finish
+            return " finish" if "Answer 1:" in task else " Who founded it?"
+        if role == "selfanswer":
+            return " Nobody\nConfidence: certain"
+        return " nobody"
+
+    cfg = load_compare_config(_config(tmp_path, "  - name: mintqa_parametric\n  - name: mintqa_dynamic", limit=3))
+    cells = compare(cfg, generator=Scripted(script), progress=False)
+    par, dyn = cells
+    assert par.mechanism == {} and dyn.summary.questions == 3
+    assert {k: s.cell() for k, s in dyn.mechanism.items()} == {"subquestions_per_question": "3/3 = 1.000",
+                                                               "certain_share": "3/3 = 1.000"}
+    text = format_tables(cells)
+    assert "| world | mintqa_dynamic | subquestions_per_question: 3/3 = 1.000 | certain_share: 3/3 = 1.000 |" in text
+    assert "| world | mintqa_parametric | none (the method records no mechanism statistic) |  |" in text
+    fig = figures(cells, cfg)["cells"]
+    assert fig["mintqa_dynamic"]["world"]["mechanism"]["certain_share"] == {"numerator": 3, "denominator": 3, "value": 1.0,
+                                                                             "note": None}
+    # a resumed comparison reads the statistics back from the cell's file
+    again = compare(cfg, generator=None, progress=False)
+    assert again[1].mechanism == dyn.mechanism

@@ -338,3 +338,69 @@ def test_dog_table_prints_hits_at_1_by_hop_count(tmp_path):
     last = json.loads(out.strip().splitlines()[-1])[str(path)]
     assert last["n"] == 2 and last["hits@1"] == 1.0 and set(last["by_hops"]) == {"1", "3"}
     assert last["gold_in_chain"] == 1.0 and "| e.jsonl | 2 | 1.000 |" in out
+
+
+# -- mechanism statistics ---------------------------------------------------------------------------------
+
+
+def _try(index: int, hop: int, parsed) -> "ModelCall":
+    from knowtrace_train.trajectory import ModelCall
+
+    return ModelCall(index=index, role="answer_try", round=hop, prompt="", output="???", prompt_tokens=0, output_tokens=0,
+                     parsed=parsed)
+
+
+def test_mechanism_hop1_relation_and_the_answer_try_yes_rates_by_hand():
+    from knowtrace_train.methods.dog.mechanism import NO_GOLD, gold_last_hop
+
+    trajs, _ = run(DoGConfig(answer_from="tail"), [JAWS, DUEL])
+    items = {it.id: it for it in (JAWS, DUEL)}
+    stats = get_method("dog").mechanism(trajs, DoGConfig(), items)
+    assert list(stats) == ["hop1_relation", "yes_at_gold_last_hop", "yes_elsewhere"]
+    # both walks chose their first gold relation ("directed by") at hop 1
+    assert stats["hop1_relation"].cell() == "2/2 = 1.000"
+    # Jaws's tries: No (hop 1), No (hop 2), Yes at hop 3, its chain's last; Duel: Yes at hop 1, its last
+    assert (gold_last_hop(JAWS), gold_last_hop(DUEL)) == (3, 1)
+    assert stats["yes_at_gold_last_hop"].cell() == "2/2 = 1.000" and stats["yes_elsewhere"].cell() == "0/2 = 0.000"
+    assert all(s.note is None for s in stats.values())
+
+    # a comparison (parallel gold facts: no hop's triples answer it): its Yes and its unreadable try count
+    # elsewhere, and a walk with an unreadable hop record chose no relation; a HotpotQA-like question
+    # (no gold triples) is left out
+    comp = item(2, "Which film is older, Jaws or Duel?", "Duel", [TRIPLES[1], ("Duel", "release year", "1971")])
+    assert gold_last_hop(comp) is None
+    c = Trajectory(id="q2", question_id="q2", question=comp.question, answers=["Duel"], dataset="toy", strategy="dog",
+                   calls=[_try(0, 1, {"sufficient": True, "answer": None}), _try(1, 2, None)], meta={"hops": "garbage"})
+    h = Trajectory(id="h", question_id="h", question="?", answers=["x"], dataset="hotpotqa", strategy="dog",
+                   calls=[_try(0, 1, {"sufficient": True, "answer": "x"})], meta={"hops": []})
+    hotpot = QAItem(id="h", question="?", answers=("x",), dataset="hotpotqa")
+    stats = get_method("dog").mechanism(trajs + [c, h], DoGConfig(), {**items, "q2": comp, "h": hotpot})
+    assert stats["hop1_relation"].cell() == "2/3 = 0.667" and stats["hop1_relation"].note == "1 of 4 questions without gold triples left out"
+    assert stats["yes_at_gold_last_hop"].cell() == "2/2 = 1.000" and stats["yes_elsewhere"].cell() == "1/4 = 0.250"
+
+    # no question with gold triples: no value, and why
+    alone = get_method("dog").mechanism([h], DoGConfig(), {"h": hotpot})
+    assert all(s.value is None and s.note == NO_GOLD for s in alone.values())
+    # gold triples but no try at a last hop (the walk stopped at hop 1 of 3)
+    first_only = Trajectory(id="q0", question_id="q0", question=JAWS.question, answers=["United States"], dataset="toy",
+                            strategy="dog", calls=[_try(0, 1, {"sufficient": False, "answer": None})],
+                            meta={"hops": [{"hop": 1, "relation": "directed by"}]})
+    stats = get_method("dog").mechanism([first_only], DoGConfig(), items)
+    assert stats["yes_at_gold_last_hop"].value is None and stats["yes_at_gold_last_hop"].note.startswith("no answer try")
+    assert stats["yes_elsewhere"].cell() == "0/1 = 0.000" and stats["hop1_relation"].cell() == "1/1 = 1.000"
+    # the model alone walks nothing
+    assert get_method("dog").mechanism(trajs, DoGConfig(max_hops=0), items) == {}
+
+
+def test_dog_table_hop1_relation_uses_the_method_s_helper(tmp_path):
+    import subprocess
+    import sys
+
+    trajs, _ = run(DoGConfig(answer_from="tail"), [JAWS, DUEL])
+    trajs[1].meta["hops"][0]["relation"] = "release year"  # Duel's first hop now chose the wrong relation
+    path, data = tmp_path / "e.jsonl", tmp_path / "items.jsonl"
+    path.write_text("".join(json.dumps(t.to_dict()) + "\n" for t in trajs), encoding="utf-8")
+    data.write_text("".join(json.dumps(it.to_dict()) + "\n" for it in (JAWS, DUEL)), encoding="utf-8")
+    out = subprocess.run([sys.executable, str(REPO / "scripts/dog_table.py"), str(path), "--data", str(data)],
+                         capture_output=True, text=True, check=True, cwd=REPO).stdout
+    assert json.loads(out.strip().splitlines()[-1])[str(path)]["first_relation_gold"] == 0.5

@@ -417,3 +417,39 @@ def test_each_strategy_runs_through_evaluate_on_the_tiny_model(tmp_path, tiny_mo
         rows = [json.loads(line) for line in out.read_text().splitlines()]
         assert s.questions == 2 and all(r["strategy"] == name for r in rows)
         assert all(r["rounds"] <= 2 and "retrievals" in r["meta"] for r in rows)
+
+
+# -- mechanism statistics ---------------------------------------------------------------------------------
+
+
+def test_mechanism_subquestions_per_question_and_the_certain_share_by_hand():
+    def script(role, prompt):
+        task = last_task(prompt)
+        if "Peru" in task:
+            return " finish" if role == "decompose" else " Lima"
+        if role == "selfanswer":  # certain of the first sub-question; no confidence the parser can read for the second
+            return " Steven Spielberg\nConfidence: certain" if "directed" in task else " Paris (I think)"
+        return jaws_script(role, prompt)
+
+    items = [item(), item(1, "What is the capital of Peru?", "Lima", 1)]
+    trajs, _, _ = run(MintQADynamicConfig(), items, script)
+    stats = get_method("mintqa_dynamic").mechanism(trajs, MintQADynamicConfig(), {it.id: it for it in items})
+    assert list(stats) == ["subquestions_per_question", "certain_share"]
+    # Jaws: two sub-questions (certain, unreadable: not certain); Peru: finished at once, none
+    assert stats["subquestions_per_question"].cell() == "2/2 = 1.000" and stats["certain_share"].cell() == "1/2 = 0.500"
+    # a refused self-answer is recorded without a confidence: not certain; a garbage meta counts nothing
+    junk = trajs[1]
+    junk.meta["subquestions"] = [{"confidence": None}, "garbage", {"confidence": "uncertain"}]
+    stats = get_method("mintqa_dynamic").mechanism(trajs, MintQADynamicConfig(), {})
+    assert stats["subquestions_per_question"].cell() == "5/2 = 2.500" and stats["certain_share"].cell() == "1/5 = 0.200"
+    # no sub-question asked: the certain share has no value, sub-questions per question is 0
+    (peru,), _, _ = run(MintQADynamicConfig(), items[1:], script)
+    stats = get_method("mintqa_dynamic").mechanism([peru], MintQADynamicConfig(), {})
+    assert stats["subquestions_per_question"].cell() == "0/1 = 0.000"
+    assert stats["certain_share"].value is None and stats["certain_share"].note == "no sub-question was asked"
+    # decomposition-then-retrieval rates nothing; the one-call strategies neither decompose nor rate
+    (t,), _, _ = run(MintQADecomposeConfig(), [item()], jaws_script)
+    assert {k: s.cell() for k, s in get_method("mintqa_decompose").mechanism([t], MintQADecomposeConfig(), {}).items()} == {
+        "subquestions_per_question": "2/1 = 2.000"}
+    assert get_method("mintqa_rag").mechanism([t], MintQARagConfig(), {}) == {}
+    assert get_method("mintqa_parametric").mechanism([t], MintQAConfig(), {}) == {}

@@ -388,3 +388,38 @@ def test_bench_script_second_pass_generates_nothing(tiny_model_dir, capsys):
     last = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert last["documents"] == 3 and last["triples_agree"] == 3
     assert last["first_pass_hit_rate"] == 0.0 and last["second_pass_hit_rate"] == 1.0 and last["second_pass_generated"] == 0
+
+
+# -- mechanism statistics (the engine's own records) ------------------------------------------------------
+
+
+class StopsFirst(Scripted):
+    """A selector that always ranks A (stop) first, as the 135M model does: the empty chain wins."""
+
+    def score_options(self, requests, options):
+        return [OptionScores({o: (0.0 if o == "A" else -2.0) for o in opts}, prompt_tokens=1) for opts in options]
+
+
+def test_mechanism_statistics_of_the_engine_s_records(tmp_path):
+    from knowtrace_train.data.schema import GoldEvidence
+
+    gold = ITEM.__class__(ITEM.id, ITEM.question, ITEM.answers, dataset="toy", context=DOCS,
+                          evidence=GoldEvidence(triples=(("Ada Lin", "born in", "Oslo"), ("Oslo", "country", "Norway"))))
+    empty = QAItem("q2", "Is Bergen rainy?", ("yes",), dataset="toy", context=(DOCS[2],))  # no graph, no selector call
+    items = {gold.id: gold, empty.id: empty}
+    method = get_method("trace")
+    t, e = run_trace(tmp_path, items=[gold, empty])
+    stats = {k: (s.numerator, s.denominator) for k, s in method.mechanism([t, e], TraceConfig(), items).items()}
+    # the best chain is (Ada Lin; born in; Oslo) + an Oslo triple; the first step chose a triple; both gold
+    # triples are on the final chains; the empty-graph question has no selector call and no gold triples
+    assert [t.graph.triplets[i].triplet.subject for i in t.meta["chains"][0]["triplets"]] == ["Ada Lin", "Oslo"]
+    assert stats == {"chain_length": (2, 2), "first_step_stop": (0, 1), "gold_triple_recall": (2, 2)}
+    # a selector that stops first: the empty chain wins; the reader still reads the second beam, the
+    # ranker's top triple alone, which is one of the two gold triples
+    (s,) = run_trace(tmp_path / "stop", StopsFirst(), items=[gold])
+    assert [len(c["triplets"]) for c in s.meta["chains"]] == [0, 1]
+    stats = method.mechanism([s], TraceConfig(), items)
+    assert [x.cell() for x in stats.values()] == ["0/1 = 0.000", "1/1 = 1.000", "1/2 = 0.500"]
+    # a distribution without option letters falls back to the ranker's order, which never stops
+    (f,) = run_trace(tmp_path / "fallback", Scripted(letters_missing=True), items=[gold])
+    assert method.mechanism([f], TraceConfig(), items)["first_step_stop"].cell() == "0/1 = 0.000"

@@ -88,6 +88,38 @@ class Rationalizer(Protocol):
     ) -> Rationale: ...
 
 
+@dataclass(frozen=True)
+class MechanismStat:
+    """One figure of whether a method's own mechanism runs (not whether it answers right), kept as its
+    numerator and denominator so a table prints "12/30 = 0.400" and a reader can check the counts. A mean
+    per question is (the total, the questions): 45 triples over 30 chosen chains, 1.500. An empty
+    denominator has no value (None, printed "-"), and `note` then says why (e.g. the items carry no gold
+    evidence); a note on a non-empty one says what was left out."""
+
+    numerator: int
+    denominator: int
+    note: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.denominator < 0 or self.numerator < 0:
+            raise ValueError(f"a mechanism statistic counts things: got {self.numerator}/{self.denominator}")
+
+    @property
+    def value(self) -> float | None:
+        return self.numerator / self.denominator if self.denominator else None
+
+    def cell(self, digits: int = 3) -> str:
+        """"12/30 = 0.400"; "-" (with the note) where the denominator is empty."""
+        if self.value is None:
+            return "-" + (f" ({self.note})" if self.note else "")
+        return f"{self.numerator}/{self.denominator} = {self.value:.{digits}f}"
+
+    def to_dict(self) -> dict[str, Any]:
+        v = self.value
+        return {"numerator": self.numerator, "denominator": self.denominator,
+                "value": None if v is None else round(v, 4), "note": self.note}
+
+
 class Method:
     """A method's registry entry. Subclasses set `name` and `config_class` and implement `strategy`
     and `record_roles`; the other hooks have defaults that fit a method with no exemplars to drop,
@@ -142,6 +174,16 @@ class Method:
         `dropped_label`, the words a report uses for them (default "backtracing", "dropped by the filters"). None: the method
         traces nothing (the default; a report then shows the graph and calls as recorded)."""
         return None
+
+    def mechanism(self, trajectories: Sequence[Trajectory], config: StrategyConfig,
+                  items_by_id: Mapping[str, QAItem]) -> dict[str, MechanismStat]:
+        """Whether the method's own mechanism ran in these scored trajectories (one per question, as
+        `evaluate` wrote them; `items_by_id` their questions, for gold evidence): {statistic name:
+        MechanismStat}, in the order a table prints them (TRACE's first-step stop rate, DoG's hop-1
+        relation accuracy, ...). A statistic whose gold evidence the items lack, or whose denominator is
+        otherwise empty, has no value and a note; a trajectory's content (unparseable calls, missing
+        meta) never raises. {} (the default): the method reports no such statistic."""
+        return {}
 
     def validate_for_training(self, config: StrategyConfig) -> None:
         """Cross-field rules the self-training loop needs (an adapter per role); raise ValueError."""

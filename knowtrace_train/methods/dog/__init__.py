@@ -6,6 +6,7 @@
     graph.py     the graph a run answers over (`strategy.graph`) and a question's topic entity
     engine.py    the batched loop (`DoG`)
     explain.py   the walk as the evidence a report highlights
+    mechanism.py whether the walk runs: hop-1 relation accuracy, the answer try's Yes at the gold last hop and elsewhere
 
 Every call kind trains the adapter of its own name under `selftrain --mode star`. See docs/dog.md.
 """
@@ -48,6 +49,15 @@ class DoGMethod(Method):
         from knowtrace_train.methods.dog.explain import explain_walk
 
         return explain_walk(traj)
+
+    def mechanism(self, trajectories, config: DoGConfig, items_by_id) -> dict:
+        """Hop-1 relation accuracy and the answer try's Yes rate at the gold chain's last hop and elsewhere
+        (mechanism.py); {} with `max_hops: 0` (the model alone walks nothing)."""
+        if config.max_hops == 0:
+            return {}
+        from knowtrace_train.methods.dog.mechanism import dog_mechanism
+
+        return dog_mechanism(trajectories, items_by_id)
 
 
 __all__ = ["DoG", "DoGConfig", "DoGMethod"]

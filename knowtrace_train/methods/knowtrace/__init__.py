@@ -101,6 +101,21 @@ class KnowTraceMethod(Method):
 
         return explain_trajectory(traj, config.path_rule)
 
+    def mechanism(self, trajectories: Sequence[Trajectory], config: KnowTraceConfig, items_by_id) -> dict:
+        """Rounds per question (exploration rounds run, summed over the questions) and the evidence-supported
+        EM (questions answered right whose own graph backtracing finds the evidence for, `evidence_supported`,
+        over the questions): how much of the EM the traced graph backs rather than a guess."""
+        from knowtrace_train.methods.base import MechanismStat
+        from knowtrace_train.metrics import exact_match
+
+        n = len(trajectories)
+        note = None if n else "no trajectories"
+        rounds = sum(t.rounds for t in trajectories if isinstance(t.rounds, int) and t.rounds >= 0)
+        supported = sum(1 for t in trajectories if self.evidence_supported(t, config)
+                        and t.prediction is not None and any(exact_match(t.prediction, a) for a in t.answers))
+        return {"rounds_per_question": MechanismStat(rounds, n, note),
+                "evidence_supported_em": MechanismStat(supported, n, note)}
+
     def validate_for_training(self, config: KnowTraceConfig) -> None:
         roles = config.roles
         if roles.explore == roles.complete:

@@ -22,7 +22,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
-from knowtrace_train.kg import entity_key
+from knowtrace_train.kg import states_gold
 from knowtrace_train.methods.knowtrace.backtrace.paths import TrajectoryBacktrace
 from knowtrace_train.data.schema import Passage, QAItem
 from knowtrace_train.kg import TracedTriplet
@@ -44,16 +44,8 @@ def gold_kind(item: QAItem) -> str | None:
     return None
 
 
-def _same_entity(a: str, b: str) -> bool:
-    ka, kb = entity_key(a), entity_key(b)
-    if not ka or not kb:
-        return False
-    return ka == kb or f" {ka} " in f" {kb} " or f" {kb} " in f" {ka} "
-
-
 def _matches(t: TracedTriplet, g: Sequence[str]) -> bool:
-    s, o = t.triplet.subject, t.triplet.object
-    return (_same_entity(s, g[0]) and _same_entity(o, g[2])) or (_same_entity(s, g[2]) and _same_entity(o, g[0]))
+    return states_gold(t.triplet.subject, t.triplet.object, g)
 
 
 def _mentions(p: Passage, name: str) -> bool:

@@ -57,6 +57,27 @@ class MintQAMethod(Method):
         return config
 
 
+    def mechanism(self, trajectories, config: MintQAConfig, items_by_id) -> dict:
+        """Of the decomposing strategies, sub-questions per question (`meta["subquestions"]`: every
+        sub-question asked and answered, over the questions); of the dynamic one also the share of its
+        sub-answers the model rated certain (an entry's `confidence` "certain", over its sub-questions;
+        an unreadable or refused self-answer was recorded without one and counts as not certain). {} for
+        the one-call strategies, which neither decompose nor rate."""
+        if self.name not in (DECOMPOSE, DYNAMIC):
+            return {}
+        from knowtrace_train.methods.base import MechanismStat
+
+        entries = [e for t in trajectories for e in (t.meta.get("subquestions") if isinstance(t.meta.get("subquestions"), list)
+                                                     else ())]
+        n = len(trajectories)
+        out = {"subquestions_per_question": MechanismStat(len(entries), n, None if n else "no trajectories")}
+        if self.name == DYNAMIC:
+            certain = sum(isinstance(e, dict) and e.get("confidence") == "certain" for e in entries)
+            out["certain_share"] = MechanismStat(certain, len(entries), None if entries else (
+                "no sub-question was asked" if n else "no trajectories"))
+        return out
+
+
 def mintqa_methods() -> list[MintQAMethod]:
     """The four registry entries, in MINTQA's order."""
     return [MintQAMethod(name) for name in MODES]

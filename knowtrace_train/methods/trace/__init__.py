@@ -7,6 +7,7 @@
     chains.py        the beam search over reasoning chains
     readers.py       TRACE-Triple, TRACE-Doc, all documents, no documents
     explain.py       the chains as the evidence a report highlights
+    mechanism.py     whether the chain constructor runs: chain length, first-step stops, gold triples in the chains
     engine.py        the batched strategy
 """
 
@@ -44,6 +45,15 @@ class TraceMethod(Method):
         from knowtrace_train.methods.trace.explain import explain_chains
 
         return explain_chains(traj)
+
+    def mechanism(self, trajectories, config: TraceConfig, items_by_id) -> dict:
+        """The chosen chain's length, the selector's first-step stop rate and the gold triples the chains
+        hold (mechanism.py); {} for the `all_docs` and `no_docs` readers, which build no chains."""
+        if not config.uses_chains:
+            return {}
+        from knowtrace_train.methods.trace.mechanism import trace_mechanism
+
+        return trace_mechanism(trajectories, items_by_id)
 
 
 __all__ = ["ANSWER", "KG", "READERS", "SELECT", "STRATEGY_NAME", "Trace", "TraceConfig", "TraceMethod", "TraceRoleConfig"]

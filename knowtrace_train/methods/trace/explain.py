@@ -8,6 +8,22 @@ from knowtrace_train.kg import entity_key
 from knowtrace_train.trajectory import Trajectory
 
 
+def chain_triplets(traj: Trajectory) -> list[list[int]] | None:
+    """Each recorded chain of `meta["chains"]` (best first) as its indices into `traj.graph.triplets`
+    (anything that is no index of the graph dropped); None where the trajectory records no chains (the
+    `all_docs` and `no_docs` readers). Never raises on the record's content."""
+    chains = traj.meta.get("chains")
+    if not isinstance(chains, list):
+        return None
+    n = len(traj.graph.triplets)
+    out = []
+    for chain in chains:
+        raw = chain.get("triplets") if isinstance(chain, dict) else None
+        out.append([i for i in (raw if isinstance(raw, list) else [])
+                    if isinstance(i, int) and not isinstance(i, bool) and 0 <= i < n])
+    return out
+
+
 def explain_chains(traj: Trajectory) -> dict[str, Any]:
     """`Method.explain` for TRACE. Evidence: the graph triples of the question's chains (what TRACE-Triple
     reads; TRACE-Doc reads their documents); initial entities: the heads of each chain's first triple;
@@ -15,12 +31,10 @@ def explain_chains(traj: Trajectory) -> dict[str, Any]:
     nothing, so `dropped` is empty; a correct trajectory's triples outside every chain are shown as
     what no chain chose. Never raises on the record's content."""
     triplets = traj.graph.triplets
-    chains = traj.meta.get("chains") if isinstance(traj.meta.get("chains"), list) else []
+    chains = chain_triplets(traj) or []
     evidence: list[int] = []
     initial: list[str] = []
-    for chain in chains:
-        raw = chain.get("triplets") if isinstance(chain, dict) else None
-        idx = [i for i in (raw if isinstance(raw, list) else []) if isinstance(i, int) and 0 <= i < len(triplets)]
+    for idx in chains:
         evidence += [i for i in idx if i not in evidence]
         if idx:
             head = entity_key(triplets[idx[0]].triplet.subject)
