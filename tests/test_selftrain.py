@@ -354,7 +354,7 @@ def test_an_iteration_with_nothing_to_train_on_stops_the_run(tmp_path, tiny_mode
     assert "no bootstrap" in caplog.text and not (run.run_dir / "iter_0").exists()
     assert [x["iteration"] for x in summary["iterations"]] == [1]
     assert summary["iterations"][0]["status"] == "empty" and summary["iterations"][0]["em"] is None
-    assert "nothing to train on" in caplog.text and "the run stops here" in caplog.text
+    assert "0 records: nothing to train on" in caplog.text and "the run stops here" in caplog.text
     assert rows[-1].split()[0] == "1" and "empty" in rows[-1]
     assert not (run.run_dir / "iter_2").exists() and not (run.run_dir / "iter_1" / "adapters").exists()
     m0 = json.loads((run.run_dir / "m0.json").read_text())

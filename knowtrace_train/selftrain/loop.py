@@ -370,8 +370,8 @@ class SelfTrain(Bootstrap, Reuse):
         stop = False
         if not adapters:
             status = "empty"
-            log.warning("iteration %d: %d of %d rollouts correct, %d backtraced: nothing to train on (%s)",
-                        z, roll["correct"], roll["questions"], bt.get("backtraced", 0),
+            log.warning("iteration %d: %d of %d rollouts correct, %d records: nothing to train on (%s)",
+                        z, roll["correct"], roll["questions"], sum((bt.get("records") or {}).values()),
                         "the run stops here" if cfg.on_empty == "stop" else "M%d = M%d" % (z, z - 1))
             state = dataclasses.replace(prev, name=f"M{z}")
             stop = cfg.on_empty == "stop"
