@@ -9,8 +9,7 @@ import json
 import pytest
 
 from knowtrace_train.config import ConfigError, load_config
-from knowtrace_train.data.schema import GoldEvidence, Passage, QAItem, SubQuestion
-from knowtrace_train.generation.base import Completion
+from knowtrace_train.data.schema import GoldEvidence, QAItem, SubQuestion
 from knowtrace_train.methods import get_method
 from knowtrace_train.methods.baselines import (
     IRCoTConfig,
@@ -27,27 +26,12 @@ from knowtrace_train.methods.baselines.gold import (
     baseline_gold_records,
 )
 from knowtrace_train.methods.gold_chain import NO_CHAIN, NO_CHAIN_ENTITY, UNSUPPORTED_HOP
-from knowtrace_train.retrieval.base import ScoredPassage, check_search_args
 from knowtrace_train.selftrain import SelfTrain
 from knowtrace_train.selftrain.config import SelfTrainConfig
 
-from selftrain_helpers import tiny_overrides
+from gold_helpers import ASKED_TWICE, HOTPOT, ITEM, NO_ENTITY, RATIONALE_STATS, P, Q, Mapped
+from gold_helpers import bootstrap_and_one_star_iteration, read_jsonl, words
 
-P = {k: Passage(id=f"p-{k}", title=t, text=x) for k, t, x in [
-    ("zentor", "Zentor", "Zentor is a bicycle company founded by Odile Farrant."),
-    ("odile", "Odile Farrant", "Odile Farrant (born 1902 in Castelbrun) was an engineer."),
-    ("castel", "Castelbrun", "Castelbrun is a river port in Doravia."),
-    ("harlow", "Harlow Press", "Harlow Press is a publisher of maps founded in 1821."),
-]}
-Q = "Where was the founder of Zentor born?"
-ITEM = QAItem(
-    id="w2", question=Q, answers=("Castelbrun",), dataset="world", type="bridge",
-    evidence=GoldEvidence(
-        triples=(("Zentor", "founded by", "Odile Farrant"), ("Odile Farrant", "born in", "Castelbrun")),
-        sub_questions=(SubQuestion("Who founded Zentor?", "Odile Farrant"),
-                       SubQuestion("Where was #1 born?", "Castelbrun")),
-    ),
-)
 S1, S2 = "Zentor was founded by Odile Farrant.", "Odile Farrant was born in Castelbrun."
 COT = f"{S1} {S2} So the answer is: Castelbrun."
 #: what the test retriever returns per query (the queries each method must send), at most `k` of them
@@ -61,20 +45,6 @@ HITS = {
 }
 
 
-class Mapped:
-    """A retriever that returns the passages HITS lists for a query (nothing for any other query) and
-    records every query it is sent."""
-
-    def __init__(self, hits=None) -> None:
-        self.hits = HITS if hits is None else hits
-        self.queries: list[str] = []
-
-    def search(self, queries, k):
-        check_search_args(queries, k)
-        self.queries += list(queries)
-        return [[ScoredPassage(P[key], 1.0) for key in self.hits.get(q, [])[:k]] for q in queries]
-
-
 def block(*keys: str) -> str:
     return "\n".join(f"[{i}] {P[k].title}: {P[k].text}" for i, k in enumerate(keys, 1))
 
@@ -82,7 +52,7 @@ def block(*keys: str) -> str:
 def gold(name, config, items=(ITEM,), retriever=None, **kw):
     m = get_method(name)
     kw.setdefault("fewshot", False)
-    return baseline_gold_records(name, config, list(items), retriever or Mapped(),
+    return baseline_gold_records(name, config, list(items), retriever or Mapped(HITS),
                                  record_kinds=list(m.record_roles(config)), **kw)
 
 
@@ -104,7 +74,7 @@ def check_calls(res, prompts, pieces):
 
 
 def test_self_ask_gold_calls_and_their_parses():
-    retriever = Mapped()
+    retriever = Mapped(HITS)
     res = gold("self_ask", SelfAskConfig(passages=2), retriever=retriever)
     assert res.stats["trajectories"] == 1 and res.stats["skipped"] == {}
     # the follow-ups are the sub-questions ("#1" resolved), and each is the query of its retrieval
@@ -130,7 +100,7 @@ def test_self_ask_gold_calls_and_their_parses():
 
 
 def test_ircot_gold_calls_and_their_parses():
-    retriever = Mapped()
+    retriever = Mapped(HITS)
     res = gold("ircot", IRCoTConfig(passages=2), retriever=retriever)
     assert res.stats["trajectories"] == 1 and res.stats["skipped"] == {}
     # the question first, then each sentence is the next query; passages accumulate without repeats
@@ -148,7 +118,7 @@ def test_ircot_gold_calls_and_their_parses():
 
 
 def test_react_gold_calls_and_their_parses():
-    retriever = Mapped()
+    retriever = Mapped(HITS)
     res = gold("react", ReActConfig(passages=2), retriever=retriever)
     assert res.stats["trajectories"] == 1 and res.stats["skipped"] == {}
     assert retriever.queries == ["Who founded Zentor?", "Where was Odile Farrant born?"]
@@ -167,7 +137,7 @@ def test_react_gold_calls_and_their_parses():
 
 
 def test_ra_cot_gold_call_and_its_parse():
-    retriever = Mapped()
+    retriever = Mapped(HITS)
     res = gold("ra_cot", RACoTConfig(passages=2), retriever=retriever)
     assert res.stats["trajectories"] == 1 and retriever.queries == [Q]
     prompt = cot_prompt(Q, [P["zentor"], P["odile"]], fewshot=False)
@@ -176,7 +146,7 @@ def test_ra_cot_gold_call_and_its_parse():
 
 
 def test_iter_retgen_gold_calls_and_their_parses():
-    retriever = Mapped()
+    retriever = Mapped(HITS)
     res = gold("iter_retgen", IterRetGenConfig(passages=2, max_rounds=2), retriever=retriever)
     assert res.stats["trajectories"] == 1
     # iteration 2's query is the question and iteration 1's generation
@@ -191,32 +161,25 @@ def test_iter_retgen_gold_calls_and_their_parses():
 def test_method_entry_gives_a_rationale_with_exemplars_as_asked():
     m = get_method("self_ask")
     cfg = SelfAskConfig(passages=2)
-    res = m.gold_records(cfg, [ITEM], Mapped(), fewshot=True, require_support=True,
-                         count_tokens=lambda s: len(s.split()), iteration=0)
+    res = m.gold_records(cfg, [ITEM], Mapped(HITS), fewshot=True, require_support=True, count_tokens=words,
+                         iteration=0)
     assert set(res.records_by_role) == set(m.record_roles(cfg)) == {"reason", "answer"}
-    assert {"mode", "trajectories", "correct", "skipped", "records", "tokens_all", "tokens_filtered", "fa_ratio",
-            "roles", "items"} <= set(res.stats)
+    assert RATIONALE_STATS <= set(res.stats)
     assert res.stats["mode"] == "gold" and res.stats["records"] == {"reason": 3, "answer": 0}
     assert res.stats["tokens_all"] == sum(len(r["completion"].split()) for r in res.records_by_role["reason"])
     assert all(r["prompt"] == self_ask.prompt(True) for r in res.records_by_role["reason"])
     assert "Brindle Maps" in res.records_by_role["reason"][0]["prompt"]  # the exemplars
     # a method without gold trajectories says so
     with pytest.raises(ValueError, match="no gold trajectories"):
-        get_method("dog").gold_records(get_method("dog").config_class(), [ITEM], Mapped(), fewshot=False,
-                                       require_support=True, count_tokens=len, iteration=0)
+        get_method("mintqa_rag").gold_records(get_method("mintqa_rag").config_class(), [ITEM], Mapped(HITS),
+                                              fewshot=False, require_support=True, count_tokens=len, iteration=0)
 
 
 # -- what cannot give a gold trajectory ------------------------------------------------------------
 
 
 def test_items_without_a_gold_trajectory_are_counted_and_skipped():
-    hotpot = QAItem(id="h", question="Which is older, A or B?", answers=("A",), evidence=GoldEvidence(titles=("A", "B")))
-    musique = QAItem(id="m", question="q?", answers=("x",), evidence=GoldEvidence(sub_questions=(
-        SubQuestion("What did nobody write?", "x"),)))
-    same = QAItem(id="s", question="Who founded the founder of Zentor?", answers=("Odile Farrant",),
-                  evidence=GoldEvidence(triples=(("Zentor", "founded by", "Odile Farrant"),) * 2,
-                                        sub_questions=(SubQuestion("Who founded Zentor?", "Odile Farrant"),) * 2))
-    items = [hotpot, musique, same, ITEM]
+    items = [HOTPOT, NO_ENTITY, ASKED_TWICE, ITEM]
     res = gold("self_ask", SelfAskConfig(passages=2), items)
     # the sub-question asked twice: Self-Ask's loop stops on it, so the gold outputs are not its steps
     assert res.stats["skipped"] == {NO_CHAIN: 1, NO_CHAIN_ENTITY: 1, UNREADABLE_STEP: 1}
@@ -254,14 +217,16 @@ def test_a_hop_the_retrieved_passages_do_not_state_skips_the_item():
 
 def test_a_bootstrap_of_a_method_without_gold_trajectories_is_refused_before_any_work(tmp_path):
     for mode in ("always", "auto"):
-        cfg = load_config(SelfTrainConfig, None, ["--strategy.name", "dog", "--mode", "star", "--bootstrap.mode", mode,
-                                                  "--output_dir", str(tmp_path / "run")])
+        cfg = load_config(SelfTrainConfig, None, ["--strategy.name", "mintqa_rag", "--mode", "star", "--bootstrap.mode",
+                                                  mode, "--output_dir", str(tmp_path / "run")])
         with pytest.raises(ValueError, match=rf"bootstrap.mode: {mode} builds M0 from gold trajectories, and method "
-                                             r"'dog' has none \(methods with gold trajectories: ircot, iter_retgen, "
-                                             r"knowtrace, ra_cot, react, self_ask\); set bootstrap.mode: never"):
+                                             r"'mintqa_rag' has none \(methods with gold trajectories: dog, ircot, "
+                                             r"iter_retgen, knowtrace, mintqa_decompose, mintqa_dynamic, ra_cot, react, "
+                                             r"self_ask, trace\); set bootstrap.mode: never"):
             SelfTrain(cfg, progress=False)
         assert not (tmp_path / "run").exists()
-    load_config(SelfTrainConfig, None, ["--strategy.name", "dog", "--mode", "star", "--bootstrap.mode", "never"]).validate()
+    load_config(SelfTrainConfig, None, ["--strategy.name", "mintqa_rag", "--mode", "star", "--bootstrap.mode",
+                                        "never"]).validate()
     for name in ("self_ask", "ircot", "react", "ra_cot", "iter_retgen"):
         load_config(SelfTrainConfig, None, ["--strategy.name", name, "--mode", "star"]).validate()
     # the recipe turns it into a config error naming the file
@@ -275,74 +240,21 @@ def test_a_bootstrap_of_a_method_without_gold_trajectories_is_refused_before_any
         recipe.load(None, ["--strategy.name", "mintqa_rag", "--mode", "star"])
 
 
-class GoldOracle:
-    """Writes the gold output where a request's prompt and response prefix are those of a gold call (the
-    call whose output starts with the prefix, the shortest such), the wrapped model's text elsewhere."""
-
-    def __init__(self, inner, trajectories) -> None:
-        self.inner, self.hits = inner, 0
-        self.outputs: dict[str, list[str]] = {}
-        for t in trajectories:
-            for c in t.calls:
-                self.outputs.setdefault(c.prompt, []).append(c.output)
-
-    def generate(self, requests):
-        out, rest = [None] * len(requests), []
-        for i, r in enumerate(requests):
-            known = sorted((o for o in self.outputs.get(r.prompt, ()) if o.startswith(r.prefix) and o != r.prefix), key=len)
-            if known:
-                self.hits += 1
-                text = known[0][len(r.prefix):]
-                out[i] = Completion(text=text, prompt_tokens=1, output_tokens=self.count_tokens(text), finish_reason="stop")
-            else:
-                rest.append(i)
-        for i, c in zip(rest, self.inner.generate([requests[i] for i in rest]) if rest else []):
-            out[i] = c
-        return out
-
-    def count_tokens(self, text):
-        return self.inner.count_tokens(text)
-
-    def close(self):
-        self.inner.close()
-
-
 def test_self_ask_bootstrap_and_one_star_iteration_on_the_tiny_model(tmp_path, tiny_model_dir):
-    from knowtrace_train.generation import build_generator
     from knowtrace_train.methods.baselines.gold import baseline_gold_trajectories
 
-    args = tiny_overrides(tmp_path, tiny_model_dir, iterations=1, eval_base=False, mode="star",
-                          **{"strategy.name": "self_ask", "data.train_questions": 4, "data.dev_questions": 2})
-    keep = []
-    for k, v in zip(args[::2], args[1::2]):  # the KnowTrace keys of the tiny overrides are not Self-Ask's
-        if not k.startswith("--strategy.") or k == "--strategy.name":
-            keep += [k, v]
-    keep += ["--strategy.passages", "2", "--strategy.max_rounds", "3", "--strategy.max_new_tokens", "8",
-             "--strategy.answer_tokens", "4"]
-    cfg = load_config(SelfTrainConfig, None, keep)
-    run = SelfTrain(cfg, progress=False)
-    made = []
+    def gold_trajectories(run):
+        return baseline_gold_trajectories("self_ask", run.config.strategy, run.questions.rollout, run.retriever,
+                                          fewshot=run.config.fewshot_trained)[0]
 
-    def make(gen_cfg):  # the rollout questions' gold calls are answered: STaR has correct trajectories
-        trajs, _ = baseline_gold_trajectories("self_ask", run.config.strategy, run.questions.rollout, run.retriever,
-                                              fewshot=run.config.fewshot_trained)
-        made.append(GoldOracle(build_generator(gen_cfg), trajs))
-        return made[-1]
-
-    run.make_generator = make
-    summary = run.run()
+    run, gold_stats, it = bootstrap_and_one_star_iteration(
+        tmp_path, tiny_model_dir, "self_ask", ["--strategy.passages", "2", "--strategy.max_rounds", "3",
+                                               "--strategy.max_new_tokens", "8", "--strategy.answer_tokens", "4"],
+        gold_trajectories)
     d = run.run_dir
-    gold_stats = json.loads((d / "iter_0/gold.json").read_text())
-    assert gold_stats["mode"] == "gold" and gold_stats["items"] == 8
-    assert gold_stats["trajectories"] + sum(gold_stats["skipped"].values()) == 8 and gold_stats["trajectories"] > 0
-    boot = [json.loads(x) for x in (d / "iter_0/sft_reason.jsonl").read_text().splitlines()]
+    boot = read_jsonl(d / "iter_0/sft_reason.jsonl")
     assert len(boot) == gold_stats["records"]["reason"] > 0 and (d / "iter_0/sft_answer.jsonl").read_text() == ""
     assert all(r["prompt"] == self_ask.prompt(False) and r["trajectory_id"].endswith("#gold") for r in boot)
-    assert json.loads((d / "m0.json").read_text())["bootstrapped"]
     m0 = json.loads((d / "iter_0/metrics.json").read_text())
     assert m0["train"]["bootstrap"]["records"] == len(boot)
-    it = json.loads((d / "iter_1/metrics.json").read_text())
-    assert it["status"] == "trained" and it["rationale"]["mode"] == "star" and it["rollout"]["correct"] >= 1
     assert it["sft_records"]["reason"] > 0 and (d / "iter_1/adapters/reason/adapter_config.json").is_file()
-    assert summary["method"] == "self_ask" and len(summary["iterations"]) == 1
-    assert any(g.hits for g in made)

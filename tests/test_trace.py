@@ -370,7 +370,7 @@ def test_config_registration_and_validation(tmp_path):
         with pytest.raises(ConfigError):
             load_config(EvalConfig, None, ["--strategy.name", "trace", *bad])
     m = get_method("trace")
-    assert m.record_roles(TraceConfig()) == {"answer": "answer", "kg": "kg"}
+    assert m.record_roles(TraceConfig()) == {"answer": "answer", "kg": "kg", "select": "select"}
     assert m.generator_roles(TraceConfig()) == {"answer", "kg", "select"}
     assert m.generator_roles(TraceConfig(reader="no_docs")) == {"answer"}
     assert len(LABELLED_DOCUMENTS) >= 3

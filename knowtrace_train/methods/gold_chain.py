@@ -7,6 +7,9 @@ present, phrase each hop's question) or from MuSiQue's decomposition (`evidence.
 instead (`NO_CHAIN`, `NO_CHAIN_ENTITY`), never an exception. KnowTrace's gold trajectories
 (knowtrace/gold.py) and the baselines' (baselines/gold.py) both read chains from here, and both skip
 an item whose hop answer the retrieved passages do not state (`supported`, reason `UNSUPPORTED_HOP`).
+TRACE's gold trajectories (trace/gold.py) write a gold triple for each document that names both its
+entities (`states`). Every method checks an item's chain with `checked_chain` (the reason where it has
+none, or a hop lacks a part the method writes); the rest the gold modules share is methods/gold_records.py.
 """
 
 from __future__ import annotations
@@ -134,6 +137,22 @@ def gold_chain(item: QAItem) -> list[Hop] | str:
     return NO_CHAIN
 
 
+def checked_chain(item: QAItem, need: Sequence[str] = ()) -> list[Hop] | str:
+    """The item's gold chain, or the reason it has none: `gold_chain`'s (`NO_CHAIN` for an empty one too),
+    or `NO_CHAIN_ENTITY` where a hop has a blank one of the parts `need` names ("question", or a part of
+    its triplet: "subject", "relation", "object")."""
+    chain = gold_chain(item)
+    if isinstance(chain, str) or not chain:
+        return chain if isinstance(chain, str) else NO_CHAIN
+
+    def blank(h: Hop, part: str) -> bool:
+        return not (h.question if part == "question" else getattr(h.triplet, part)).strip()
+
+    if any(blank(h, part) for h in chain for part in need):
+        return NO_CHAIN_ENTITY
+    return chain
+
+
 def triplet_sentence(t: Triplet) -> str:
     """A triplet as one sentence ("Zentor was founded by Odile Farrant.", "The director of Q is D.")."""
     words = t.relation.split()
@@ -162,3 +181,23 @@ def supported(t: Triplet, passages: Sequence[Passage]) -> bool:
     if not obj:
         return False
     return any(f" {obj} " in f" {normalize_answer(p.title + ' ' + p.text)} " for p in passages)
+
+
+def passage_words(passage: Passage) -> str:
+    """A passage's title and text as normalized words, padded with a space each side (what `mentions`
+    searches; compute it once where many entities are looked up in one passage)."""
+    return f" {normalize_answer(passage.title + ' ' + passage.text)} "
+
+
+def mentions(entity: str, passage: Passage | str) -> bool:
+    """Whether `passage` (its title or text; or its `passage_words`) names `entity` (normalized words,
+    whole-word match)."""
+    e = normalize_answer(entity)
+    return bool(e) and f" {e} " in (passage if isinstance(passage, str) else passage_words(passage))
+
+
+def states(t: Triplet, passage: Passage | str) -> bool:
+    """Whether `passage` names both entities of the triplet (the rule by which TRACE's gold KG generator
+    writes a gold triple for a document)."""
+    words = passage if isinstance(passage, str) else passage_words(passage)
+    return mentions(t.subject, words) and mentions(t.object, words)

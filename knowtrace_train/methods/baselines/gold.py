@@ -25,55 +25,32 @@ every gold output. An item is skipped, counted under its reason, where:
                                 RA-CoT's one retrieval, every one of Iter-RetGen's T retrievals
 
 The records are the STaR records of these trajectories (methods/star.py): prompt and output (response
-prefix included) of every call, under the call's kind, exactly as a rollout's correct calls are written.
+prefix included) of every call, under the call's kind, exactly as a rollout's correct calls are written
+(methods/gold_records.py, with what else the methods' gold modules share).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import logging
-from collections import defaultdict
-from dataclasses import dataclass, field
+import functools
+from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from knowtrace_train.data.schema import Passage, QAItem
 from knowtrace_train.methods.baselines.common import ANSWER_MARK, clean_answer, passage_line
-from knowtrace_train.methods.baselines.config import (
-    IRCOT,
-    ITER_RETGEN,
-    RA_COT,
-    REACT,
-    REASON,
-    SELF_ASK,
-    BaselineConfig,
-)
+from knowtrace_train.methods.baselines.config import IRCOT, ITER_RETGEN, RA_COT, REACT, REASON, SELF_ASK, BaselineConfig
 from knowtrace_train.methods.baselines.runner import Live, Runner, Step
 from knowtrace_train.methods.baselines.self_ask import FINAL
 from knowtrace_train.methods.base import get_method
-from knowtrace_train.methods.gold_chain import (
-    NO_CHAIN,
-    NO_CHAIN_ENTITY,
-    UNSUPPORTED_HOP,
-    Hop,
-    gold_chain,
-    hop_sentence,
-    supported,
-)
-from knowtrace_train.methods.star import star_records
-from knowtrace_train.metrics import exact_match
+from knowtrace_train.methods.gold_chain import NO_CHAIN, NO_CHAIN_ENTITY, UNSUPPORTED_HOP, Hop, checked_chain
+from knowtrace_train.methods.gold_chain import hop_sentence, supported
+from knowtrace_train.methods.gold_records import OFF_SCRIPT, TOO_MANY_HOPS, UNREADABLE_STEP, GoldRecords, GoldTally
+from knowtrace_train.methods.gold_records import GoldTrajectories, gold_records, read_back, words
 from knowtrace_train.retrieval.base import Retriever
 from knowtrace_train.trajectory import ModelCall, Trajectory
 
-log = logging.getLogger(__name__)
-
-TOO_MANY_HOPS = "too_many_hops"
-UNREADABLE_STEP = "unreadable_step"
 #: every reason a baseline's gold trajectory may be skipped for
 SKIP_REASONS = (NO_CHAIN, NO_CHAIN_ENTITY, TOO_MANY_HOPS, UNREADABLE_STEP, UNSUPPORTED_HOP)
-#: the suffix of a gold trajectory's id (`<item id>#gold`, as KnowTrace's)
-GOLD_ID_SUFFIX = "#gold"
-#: a gold call for which the script has no output (the loop went off the gold path)
-OFF_SCRIPT = "the gold script has no output for this call"
 
 
 @dataclass(frozen=True)
@@ -232,118 +209,49 @@ class GoldRunner(Runner):
         return self._passage_tokens[p.id]
 
 
-def _read_back(traj: Trajectory, steps: Sequence[GoldStep], item: QAItem) -> bool:
-    """Whether the loop read every gold output as its intended step and ended with the gold answer."""
-    if traj.stop_reason != "answered" or len(traj.calls) != len(steps):
-        return False
-    for call, step in zip(traj.calls, steps):
-        if call.error is not None or call.role != REASON or call.parsed is None:
-            return False
-        if any(call.parsed.get(k) != v for k, v in step.expect.items()):
-            return False
-    return bool(traj.prediction) and any(exact_match(traj.prediction, a) for a in item.answers)
-
-
 # -- gold trajectories and their records ------------------------------------------------------------
 
 
-@dataclass
-class BaselineGoldResult:
-    """SFT records per record kind of a baseline's gold trajectories, their statistics (the
-    `Rationale` protocol's, with `items` and the skip reasons) and the trajectories themselves."""
-
-    records_by_role: dict[str, list[dict[str, Any]]]
-    stats: dict[str, Any]
-    trajectories: list[Trajectory] = field(default_factory=list)
-
-
-def baseline_gold_trajectories(
-    name: str,
-    config: BaselineConfig,
-    items: Iterable[QAItem],
-    retriever: Retriever,
-    *,
-    fewshot: bool = True,
-    require_support: bool = True,
-    count_tokens: Callable[[str], int] | None = None,
-    batch_size: int = 256,
-) -> tuple[list[Trajectory], dict[str, int]]:
+def baseline_gold_trajectories(name: str, config: BaselineConfig, items: Iterable[QAItem], retriever: Retriever,
+                               *, fewshot: bool = True, require_support: bool = True,
+                               count_tokens: Callable[[str], int] | None = None,
+                               batch_size: int = 256) -> GoldTrajectories:
     """The gold trajectories of baseline `name` (its settings `config`, prompts with exemplars as
     `fewshot` says) for the items that have one, and per-reason counts of those that have none."""
     if name not in GOLD_BASELINES:
         raise ValueError(f"baseline {name!r} has no gold trajectories; those that have: {sorted(GOLD_BASELINES)}")
-    count = count_tokens or (lambda s: len(s.split()))
+    count = count_tokens or words
     config = dataclasses.replace(config, fewshot=fewshot)
     strategy = get_method(name).strategy(config)
-    reasons: dict[str, int] = defaultdict(int)
+    tally = GoldTally()
     todo: list[tuple[QAItem, list[Hop], list[GoldStep]]] = []
     for it in items:
-        chain = gold_chain(it)
-        if isinstance(chain, str) or not chain:
-            reasons[chain if isinstance(chain, str) else NO_CHAIN] += 1
-        elif any(not h.question.strip() or not h.triplet.object.strip() for h in chain):
-            reasons[NO_CHAIN_ENTITY] += 1
+        chain = checked_chain(it, need=("question", "object"))
+        if isinstance(chain, str):
+            tally.skip(chain)
         elif not _hops_fit(name, chain, config):
-            reasons[TOO_MANY_HOPS] += 1
+            tally.skip(TOO_MANY_HOPS)
         else:
             todo.append((it, chain, gold_steps(name, chain, it.answer, config)))
-    out: list[Trajectory] = []
     for start in range(0, len(todo), batch_size):
         batch = todo[start : start + batch_size]
         runner = GoldRunner(name, config, retriever, {it.id: steps for it, _, steps in batch}, count)
         lives = runner.start([it for it, _, _ in batch])
         strategy.loop(runner, lives)
         for (it, chain, steps), lv in zip(batch, lives):
-            traj = lv.traj
-            if not _read_back(traj, steps, it):
-                reasons[UNREADABLE_STEP] += 1
-                continue
-            if require_support and not all(supported(h.triplet, ps) for h, lists in
-                                            zip(chain, hop_passages(name, traj, chain, runner.found)) for ps in lists):
-                reasons[UNSUPPORTED_HOP] += 1
-                continue
-            traj.id = it.id + GOLD_ID_SUFFIX
-            traj.em, traj.f1 = 1.0, 1.0
-            traj.meta["gold"] = True
-            out.append(traj)
-    return out, dict(sorted(reasons.items()))
+            traj, reason = lv.traj, None
+            if not read_back(traj, [s.expect for s in steps], it, "answered"):
+                reason = UNREADABLE_STEP
+            elif require_support and not all(supported(h.triplet, ps) for h, lists in
+                                              zip(chain, hop_passages(name, traj, chain, runner.found)) for ps in lists):
+                reason = UNSUPPORTED_HOP
+            tally.add(traj, it, reason)
+    return tally.result()
 
 
-def baseline_gold_records(
-    name: str,
-    config: BaselineConfig,
-    items: Iterable[QAItem],
-    retriever: Retriever,
-    *,
-    record_kinds: Sequence[str],
-    fewshot: bool = True,
-    require_support: bool = True,
-    count_tokens: Callable[[str], int] | None = None,
-    iteration: int | None = 0,
-) -> BaselineGoldResult:
-    """SFT records {"prompt", "completion", "role", "trajectory_id", "iteration"} per record kind (every
-    kind in `record_kinds` present, empty where no call has it) from the gold trajectories of `items`:
-    every call kept, as STaR keeps a correct rollout's."""
-    items = list(items)
-    count = count_tokens or (lambda s: len(s.split()))
-    trajs, reasons = baseline_gold_trajectories(name, config, items, retriever, fewshot=fewshot,
-                                                require_support=require_support, count_tokens=count)
-    star = star_records(trajs, {it.id: it for it in items}, count_tokens=count, iteration=iteration)
-    records = {k: star.records_by_role.get(k, []) for k in record_kinds}
-    for k, v in star.records_by_role.items():
-        records.setdefault(k, v)
-    stats = {
-        "mode": "gold",
-        "method": name,
-        "items": len(items),
-        "trajectories": len(trajs),
-        "correct": len(trajs),
-        "skipped": reasons,
-        "records": {k: len(v) for k, v in records.items()},
-        "tokens_all": star.stats["tokens_all"],
-        "tokens_filtered": 0,
-        "fa_ratio": None,
-        "roles": star.stats["roles"],
-    }
-    log.info("%s gold trajectories: %d of %d items, skipped %s", name, len(trajs), len(items), reasons)
-    return BaselineGoldResult(records_by_role=records, stats=stats, trajectories=trajs)
+def baseline_gold_records(name: str, config: BaselineConfig, items: Iterable[QAItem], retriever: Retriever,
+                          **keywords: Any) -> GoldRecords:
+    """The records of baseline `name`'s gold trajectories of `items` (`keywords`: those of
+    methods/gold_records.py's `gold_records`, `record_kinds` among them)."""
+    run = functools.partial(baseline_gold_trajectories, name, config, retriever=retriever)
+    return gold_records(name, run, items, **keywords)

@@ -7,6 +7,7 @@
     engine.py    the batched loop (`DoG`)
     explain.py   the walk as the evidence a report highlights
     mechanism.py whether the walk runs: hop-1 relation accuracy, the answer try's Yes at the gold last hop and elsewhere
+    gold.py      gold trajectories (the bootstrap's records): the engine walked along the gold chain
 
 Every call kind trains the adapter of its own name under `selftrain --mode star`. See docs/dog.md.
 """
@@ -39,6 +40,16 @@ class DoGMethod(Method):
         if trained & set(CALL_KINDS) and not fewshot_trained:
             return dataclasses.replace(config, fewshot=False)
         return config
+
+    def gold_records(self, config: DoGConfig, items, retriever, *, fewshot: bool, require_support: bool,
+                     count_tokens, iteration):
+        """The records of DoG's loop walked along the items' gold chains over its graph (gold.py); the
+        retriever is not read."""
+        from knowtrace_train.methods.dog.gold import dog_gold_records
+
+        return dog_gold_records(config, items, retriever, record_kinds=list(self.record_roles(config)),
+                                fewshot=fewshot, require_support=require_support, count_tokens=count_tokens,
+                                iteration=iteration)
 
     def evidence_supported(self, traj, config: DoGConfig) -> bool | None:
         """Answered from the graph: the prediction is an entity of the filled triples."""

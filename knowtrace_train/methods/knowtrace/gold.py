@@ -28,6 +28,7 @@ from knowtrace_train.methods.gold_chain import (  # noqa: F401  (the chain's nam
     NO_CHAIN_ENTITY,
     UNSUPPORTED_HOP,
     Hop,
+    checked_chain,
     gold_chain,
     gold_thought,
     supported,
@@ -119,9 +120,9 @@ def gold_trajectories(
     reasons: dict[str, int] = defaultdict(int)
     chains: list[tuple[QAItem, list[Hop]]] = []
     for it in items:
-        chain = gold_chain(it)
-        if isinstance(chain, str) or not chain:
-            reasons[chain if isinstance(chain, str) else NO_CHAIN] += 1
+        chain = checked_chain(it)
+        if isinstance(chain, str):
+            reasons[chain] += 1
         else:
             chains.append((it, chain))
     queries = [pair_to_query(h.pair.entity, h.pair.guidance) for _, ch in chains for h in ch]

@@ -4,6 +4,7 @@
     prompts.py   the prompts and their exemplars
     parsing.py   tolerant parsing of answers, sub-questions and confidences
     engine.py    the batched engine that runs all four (`MintQA`)
+    gold.py      gold trajectories of the two decomposing strategies (the bootstrap's records)
 
 `mintqa_parametric` (no retrieval), `mintqa_rag` (top-5 passages for the whole question),
 `mintqa_decompose` (decomposition-then-retrieval) and `mintqa_dynamic` (decomposition with
@@ -78,10 +79,28 @@ class MintQAMethod(Method):
         return out
 
 
+class MintQADecomposingMethod(MintQAMethod):
+    """`mintqa_decompose` or `mintqa_dynamic`: a strategy with sub-questions, so with gold trajectories
+    (the engine run on the items' gold chains, gold.py)."""
+
+    def __init__(self, name: str) -> None:
+        if name not in (DECOMPOSE, DYNAMIC):
+            raise ValueError(f"MINTQA strategy {name!r} does not decompose; those that do: {[DECOMPOSE, DYNAMIC]}")
+        super().__init__(name)
+
+    def gold_records(self, config: MintQADecomposeConfig, items, retriever, *, fewshot: bool, require_support: bool,
+                     count_tokens, iteration):
+        from knowtrace_train.methods.mintqa.gold import mintqa_gold_records
+
+        return mintqa_gold_records(config, items, retriever, record_kinds=list(self.record_roles(config)),
+                                   fewshot=fewshot, require_support=require_support, count_tokens=count_tokens,
+                                   iteration=iteration)
+
+
 def mintqa_methods() -> list[MintQAMethod]:
-    """The four registry entries, in MINTQA's order."""
-    return [MintQAMethod(name) for name in MODES]
+    """The four registry entries, in MINTQA's order (the decomposing two with gold trajectories)."""
+    return [MintQADecomposingMethod(name) if name in (DECOMPOSE, DYNAMIC) else MintQAMethod(name) for name in MODES]
 
 
 __all__ = ["DECOMPOSE", "DYNAMIC", "MODES", "PARAMETRIC", "RAG", "MintQA", "MintQAConfig", "MintQADecomposeConfig",
-           "MintQADynamicConfig", "MintQAMethod", "MintQARagConfig", "mintqa_methods"]
+           "MintQADecomposingMethod", "MintQADynamicConfig", "MintQAMethod", "MintQARagConfig", "mintqa_methods"]

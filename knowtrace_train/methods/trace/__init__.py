@@ -7,20 +7,28 @@
     chains.py        the beam search over reasoning chains
     readers.py       TRACE-Triple, TRACE-Doc, all documents, no documents
     explain.py       the chains as the evidence a report highlights
+    gold.py          gold trajectories: the engine run with the gold KG triples, selector letters and answer
     mechanism.py     whether the chain constructor runs: chain length, first-step stops, gold triples in the chains
     engine.py        the batched strategy
 """
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Callable, Sequence
+
+from knowtrace_train.data.schema import QAItem
 from knowtrace_train.methods.base import Method
 from knowtrace_train.methods.trace.config import ANSWER, KG, READERS, SELECT, STRATEGY_NAME, TraceConfig, TraceRoleConfig
 from knowtrace_train.methods.trace.engine import Trace
+from knowtrace_train.retrieval.base import Retriever
 
 
 class TraceMethod(Method):
     """TRACE needs no training; under `selftrain --mode star` the KG generator's and the reader's
-    generations of correct trajectories train their roles (the selector is scored, never decoded)."""
+    generations of correct trajectories train their roles. The selector is scored, never decoded, so a
+    rollout gives it no record; its records (the gold option letters) come from the gold trajectories
+    of the bootstrap (gold.py)."""
 
     name = STRATEGY_NAME
     config_class = TraceConfig
@@ -32,6 +40,7 @@ class TraceMethod(Method):
         roles = {ANSWER: config.roles.answer}
         if config.uses_chains:
             roles[KG] = config.roles.kg
+            roles[SELECT] = config.roles.select
         return roles
 
     def generator_roles(self, config: TraceConfig) -> set[str]:
@@ -39,6 +48,23 @@ class TraceMethod(Method):
         if config.uses_chains:
             used.add(config.roles.select)
         return used
+
+    def for_model(self, config: TraceConfig, trained: frozenset[str], fewshot_trained: bool) -> TraceConfig:
+        """A trained KG generator's prompt follows `fewshot_trained` (without it: no demonstrations, as its
+        gold records were written); an untrained one keeps its demonstrations. The selector and the
+        reader have none."""
+        if config.roles.kg in trained and not fewshot_trained and config.uses_chains:
+            return dataclasses.replace(config, demonstrations=0)
+        return config
+
+    def gold_records(self, config: TraceConfig, items: Sequence[QAItem], retriever: Retriever, *, fewshot: bool,
+                     require_support: bool, count_tokens: Callable[[str], int], iteration: int | None):
+        """The records of TRACE's engine run with the gold decisions on the items' gold chains (gold.py)."""
+        from knowtrace_train.methods.trace.gold import trace_gold_records
+
+        return trace_gold_records(config, items, retriever, record_kinds=list(self.record_roles(config)),
+                                  fewshot=fewshot, require_support=require_support, count_tokens=count_tokens,
+                                  iteration=iteration)
 
     def explain(self, traj, config: TraceConfig) -> dict:
         """The reasoning chains as the evidence subgraph (explain.py)."""
