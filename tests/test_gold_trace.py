@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import json
 import math
-import re
 
-import numpy as np
 import pytest
 
+from toy_encoder import bag_of_words_encoder
 from knowtrace_train.data.schema import GoldEvidence, QAItem
 from knowtrace_train.kg import Triplet
 from knowtrace_train.methods import get_method
@@ -48,15 +47,7 @@ ALL = ["zentor", "odile", "castel", "harlow"]
 HITS = {Q: ALL, Q2: ["castel", "odile"]}
 
 
-def toy_encoder(texts):
-    """A bag-of-words bi-encoder over a few words (deterministic, no model)."""
-    vocab = ["zentor", "odile", "farrant", "castelbrun", "doravia", "founded", "born", "country"]
-    rows = []
-    for t in texts:
-        words = re.findall(r"\w+", t.lower())
-        v = np.array([float(words.count(w)) for w in vocab], dtype=np.float32) + 1e-3
-        rows.append(v / np.linalg.norm(v))
-    return np.array(rows, dtype=np.float32)
+toy_encoder = bag_of_words_encoder(["zentor", "odile", "farrant", "castelbrun", "doravia", "founded", "born", "country"])
 
 
 def gold(items=(ITEM, OTHER), retriever=None, config=None, **kw):

@@ -10,6 +10,7 @@ import re
 import numpy as np
 import pytest
 
+from toy_encoder import bag_of_words_encoder
 from knowtrace_train.config import ConfigError, load_config
 from knowtrace_train.data.schema import Passage, QAItem, passage_id
 from knowtrace_train.evaluate import EvalConfig
@@ -105,15 +106,7 @@ class Scripted:
         return out
 
 
-def toy_encoder(texts):
-    """A bag-of-words encoder over a few words (deterministic, no model)."""
-    vocab = ["ada", "lin", "oslo", "norway", "country", "born", "chemist", "population"]
-    rows = []
-    for t in texts:
-        words = re.findall(r"\w+", t.lower())
-        v = np.array([float(words.count(w)) for w in vocab], dtype=np.float32) + 1e-3
-        rows.append(v / np.linalg.norm(v))
-    return np.array(rows, dtype=np.float32)
+toy_encoder = bag_of_words_encoder(["ada", "lin", "oslo", "norway", "country", "born", "chemist", "population"])
 
 
 def doc(title, text="..."):

@@ -212,7 +212,6 @@ def test_the_cpu_completion_loss_is_trls_loss(tiny_model_dir, real_tokenizer):
     """On the CPU the LM head runs on the completion positions only (`completion_loss`); the loss and its
     gradients are TRL's own, which scores every position there."""
     from datasets import Dataset
-    from peft import get_peft_model
 
     from knowtrace_train.train.lora import _load_base, lora_config, sft_args
     from knowtrace_train.train.trainer import completion_loss, counting_trainer_class
@@ -229,16 +228,23 @@ def test_the_cpu_completion_loss_is_trls_loss(tiny_model_dir, real_tokenizer):
     for p in peft_model.parameters():  # non-zero B: gradients reach every LoRA weight
         if p.requires_grad:
             torch.nn.init.normal_(p, std=0.02)
+    trls = lambda t, m, i, num_items_in_batch=None: type(t).__mro__[1].compute_loss(t, m, i)  # noqa: E731
+    _assert_same_loss_and_gradients(trainer, batch, completion_loss, trls)
+
+
+def _assert_same_loss_and_gradients(trainer, batch, reference, other):
+    """`other`'s loss and every LoRA gradient on `batch` equal `reference`'s."""
+    peft_model = trainer.model
     losses, grads = [], []
-    for compute in (completion_loss, lambda t, m, i, num_items_in_batch=None: type(t).__mro__[1].compute_loss(t, m, i)):
+    for compute in (reference, other):
         peft_model.zero_grad()
         loss = compute(trainer, peft_model, dict(batch), num_items_in_batch=None)
         loss.backward()
         losses.append(loss.detach())
         grads.append([p.grad.clone() for p in peft_model.parameters() if p.requires_grad])
-    torch.testing.assert_close(losses[0], losses[1], rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(losses[1], losses[0], rtol=1e-5, atol=1e-6)
     for a, b in zip(*grads):
-        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
+        torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-6)
 
 
 @pytest.mark.parametrize("padding_free", [False, True])
@@ -267,16 +273,7 @@ def test_shared_prefix_passes_give_the_per_record_loss_and_gradients(tiny_model_
     for p in peft_model.parameters():
         if p.requires_grad:
             torch.nn.init.normal_(p, std=0.02)
-    losses, grads = [], []
-    for compute in (completion_loss, shared_prefix_loss):
-        peft_model.zero_grad()
-        loss = compute(trainer, peft_model, dict(batch), num_items_in_batch=None)
-        loss.backward()
-        losses.append(loss.detach())
-        grads.append([p.grad.clone() for p in peft_model.parameters() if p.requires_grad])
-    torch.testing.assert_close(losses[1], losses[0], rtol=1e-5, atol=1e-6)
-    for a, b in zip(*grads):
-        torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-6)
+    _assert_same_loss_and_gradients(trainer, batch, completion_loss, shared_prefix_loss)
     # the three BrandN records share the chat header and "Question: Who founded the company Brand"
     tokens = sum(len(r["input_ids"]) for r in rows)
     assert 0 < trainer._computed <= tokens - 2 * 16
