@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from knowtrace_train.generation.prepare import PROMPT_FORMATS
@@ -230,10 +230,8 @@ def gradient_accumulation_for(config: LoraTrainConfig, processes: int) -> int:
 def as_trained(config: LoraTrainConfig, processes: int) -> LoraTrainConfig:
     """`config` with the per-device batch and the accumulation it trains with under `processes` processes (what
     an adapter's training record holds)."""
-    import dataclasses
-
-    return dataclasses.replace(config, per_device_batch_size=per_device_batch_for(config, processes),
-                               gradient_accumulation_steps=gradient_accumulation_for(config, processes))
+    return replace(config, per_device_batch_size=per_device_batch_for(config, processes),
+                   gradient_accumulation_steps=gradient_accumulation_for(config, processes))
 
 
 def launched_processes() -> int:

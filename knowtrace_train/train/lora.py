@@ -212,6 +212,13 @@ def prefix_tree_tokens(rows: Sequence[Mapping[str, Sequence[int]]]) -> int:
 # Precision and model loading
 
 
+def padding_free_batches(config: LoraTrainConfig) -> bool:
+    """Whether batches are flattened without pad tokens: where a pass holds several records and `padding_free`
+    asks for it, or where records are packed (at one record per pass there is no padding to remove, and TRL
+    warns about it)."""
+    return (config.padding_free and per_device_batch_for(config, launched_processes()) > 1) or config.packing
+
+
 def _attention_implementation(device: str, padding_free: bool, precision: str) -> str:
     """FlashAttention 2 for 16-bit padding-free batches on GPUs where installed (true varlen); SDPA elsewhere,
     where transformers turns the flattened batch's position ids into a block-diagonal causal mask."""
@@ -229,7 +236,7 @@ def _load_base(base_model_path: Path, precision: str, config: LoraTrainConfig, d
 
     kwargs: dict[str, Any] = {
         "attn_implementation": _attention_implementation(
-            device, (config.padding_free and per_device_batch_for(config, launched_processes()) > 1) or config.packing, precision
+            device, padding_free_batches(config), precision
         )
     }
     if config.qlora:
@@ -332,15 +339,13 @@ def sft_args(config: LoraTrainConfig, precision: str, device: str, output_dir: s
     """TRL's SFTConfig for our settings (everything that differs from TRL's defaults is set here)."""
     from trl import SFTConfig
 
-    # At one record per pass there is no padding to remove (and TRL warns about it)
-    padding_free = (config.padding_free and per_device_batch_for(config, launched_processes()) > 1) or config.packing
     return SFTConfig(
         **common_args(config, precision, device, output_dir),
         # Records are tokenized and length-checked here; TRL only batches them.
         max_length=config.max_length if config.packing else None,
         packing=config.packing,
         packing_strategy="bfd",
-        padding_free=padding_free,
+        padding_free=padding_free_batches(config),
         completion_only_loss=None,  # labels are given: -100 on the prompt
     )
 

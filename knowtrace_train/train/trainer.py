@@ -32,10 +32,9 @@ def counting_trainer_class(kind: str = "sft", share_prefixes: bool = False):
             # the SFT head runs on the completion positions only, the same loss
             if kind != "sft" or self.accelerator.device.type != "cpu":
                 return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
-            several = "attention_mask" in inputs and inputs["input_ids"].shape[0] > 1 or (
-                "position_ids" in inputs and int((inputs["position_ids"][0] == 0).sum()) > 1)
-            if share_prefixes and several:
-                return shared_prefix_loss(self, model, inputs, return_outputs, num_items_in_batch)
+            records = batch_records(inputs) if share_prefixes else []
+            if len(records) > 1:
+                return shared_prefix_loss(self, model, inputs, return_outputs, num_items_in_batch, records=records)
             return completion_loss(self, model, inputs, return_outputs, num_items_in_batch)
 
         def training_step(self, model, inputs, num_items_in_batch=None):
@@ -80,17 +79,27 @@ def completion_loss(trainer, model, inputs, return_outputs=False, num_items_in_b
     target = shift[:, keep]
     loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1), ignore_index=-100, reduction="sum")
     valid = target != -100
-    denominator = num_items_in_batch if num_items_in_batch is not None else valid.sum().clamp(min=1)
-    loss = loss / torch.as_tensor(denominator, device=loss.device)
+    with torch.no_grad():
+        correct = ((logits.argmax(-1) == target) & valid).sum()
+    loss = _normalized(trainer, model, loss, correct, valid.sum(), num_items_in_batch)
+    return (loss, out) if return_outputs else loss
+
+
+def _normalized(trainer, model, loss_sum, correct, valid, num_items_in_batch):
+    """The summed completion loss as the Trainer wants it: over `num_items_in_batch` where it accumulates (else
+    over the `valid` loss-carrying tokens), scaled for DDP's averaging; logs `mean_token_accuracy` as TRL does."""
+    import torch
+
+    denominator = num_items_in_batch if num_items_in_batch is not None else valid.clamp(min=1)
+    loss = loss_sum / torch.as_tensor(denominator, device=loss_sum.device)
     if trainer.args.average_tokens_across_devices and num_items_in_batch is not None:
         loss = loss * trainer.accelerator.num_processes  # DDP averages the gradients over the processes
     with torch.no_grad():
         mode = "train" if model.training else "eval"
-        correct = ((logits.argmax(-1) == target) & valid).sum()
-        total = trainer.accelerator.gather_for_metrics(valid.sum()).sum()
+        total = trainer.accelerator.gather_for_metrics(valid).sum()
         correct = trainer.accelerator.gather_for_metrics(correct).sum()
         trainer._metrics[mode]["mean_token_accuracy"].append((correct / total).item() if total > 0 else 0.0)
-    return (loss, out) if return_outputs else loss
+    return loss
 
 
 def batch_records(inputs) -> list[tuple[list[int], list[int]]]:
@@ -110,20 +119,22 @@ def batch_records(inputs) -> list[tuple[list[int], list[int]]]:
     return [(row[a:b], lab[a:b]) for a, b in zip(starts, starts[1:])]
 
 
-def shared_prefix_loss(trainer, model, inputs, return_outputs=False, num_items_in_batch=None, min_prefix: int = 16):
+def shared_prefix_loss(trainer, model, inputs, return_outputs=False, num_items_in_batch=None, min_prefix: int = 16,
+                       records: list[tuple[list[int], list[int]]] | None = None):
     """`completion_loss` over a batch of several records, where records beginning with the same prompt tokens run
     those tokens once: the shared prefix's forward pass yields its keys and values, and each record's remainder
     runs on top of them (one backward pass through all of it). The attention is causal, so a prefix's states do
     not depend on what follows it: the loss and gradients are those of one pass per record (dropout 0 aside),
     for fewer tokens computed. Groups and their prefixes come from generation.prefix.plan_prefix_groups, capped
-    before each record's first loss-carrying position, so no prefix position needs the LM head."""
+    before each record's first loss-carrying position, so no prefix position needs the LM head. `records`: the
+    batch as `batch_records` splits it, where the caller has it already."""
     import torch
     import torch.nn.functional as F
     from transformers import DynamicCache
 
     from knowtrace_train.generation.prefix import plan_prefix_groups
 
-    records = batch_records(inputs)
+    records = batch_records(inputs) if records is None else records
     device = inputs["input_ids"].device
     # the logits at position t predict token t + 1: a record's first needed logit is just before its first label
     firsts = []
@@ -138,7 +149,6 @@ def shared_prefix_loss(trainer, model, inputs, return_outputs=False, num_items_i
     valid_total = torch.zeros((), dtype=torch.long, device=device)
     computed = 0
     for shared, members in groups:
-        past = None
         if shared:
             prefix = torch.tensor([records[members[0]][0][:shared]], device=device)
             past = model(input_ids=prefix, use_cache=True, logits_to_keep=1).past_key_values
@@ -159,13 +169,5 @@ def shared_prefix_loss(trainer, model, inputs, return_outputs=False, num_items_i
                 valid_total += target.numel()
             computed += len(ids) - shared
     trainer._computed = computed
-    denominator = num_items_in_batch if num_items_in_batch is not None else valid_total.clamp(min=1)
-    loss = loss / torch.as_tensor(denominator, device=device)
-    if trainer.args.average_tokens_across_devices and num_items_in_batch is not None:
-        loss = loss * trainer.accelerator.num_processes  # DDP averages the gradients over the processes
-    with torch.no_grad():
-        mode = "train" if model.training else "eval"
-        total = trainer.accelerator.gather_for_metrics(valid_total).sum()
-        correct = trainer.accelerator.gather_for_metrics(correct).sum()
-        trainer._metrics[mode]["mean_token_accuracy"].append((correct / total).item() if total > 0 else 0.0)
+    loss = _normalized(trainer, model, loss, correct, valid_total, num_items_in_batch)
     return (loss, None) if return_outputs else loss
