@@ -167,26 +167,27 @@ def _check_cell_settings(ev: EvalConfig, folder: Path) -> None:
         atomic_write_text(path, json.dumps(mine, indent=1, sort_keys=True) + "\n")
 
 
-def _scores(output: Path, ids: Sequence[str]) -> QuestionScores:
-    """EM and F1 of the selected questions, in the dataset's order (what the paired test pairs)."""
-    by_id = {t.question_id: t for t in read_trajectories(output)}
+def _scores(output: Path, trajs: Sequence[Trajectory], ids: Sequence[str]) -> QuestionScores:
+    """EM and F1 of the selected questions in a cell's trajectories (`output`'s), in the dataset's order (what
+    the paired test pairs)."""
+    by_id = {t.question_id: t for t in trajs}
     have = [i for i in ids if i in by_id]
     return QuestionScores(str(output), have, [float(by_id[i].em or 0.0) for i in have],
                           [float(by_id[i].f1 or 0.0) for i in have])
 
 
-def _selected(output: Path, ids: Sequence[str]) -> list[Trajectory]:
+def _selected(trajs: Sequence[Trajectory], ids: Sequence[str]) -> list[Trajectory]:
     """The selected questions' trajectories in the dataset's order, the first of a question where a file
     holds two (what `evaluate` summarizes)."""
     by_id: dict[str, Trajectory] = {}
-    for t in read_trajectories(output):
+    for t in trajs:
         by_id.setdefault(t.question_id, t)
     return [by_id[i] for i in ids if i in by_id]
 
 
-def mechanism(method: StrategyConfig, output: Path, items: Sequence[QAItem]) -> dict[str, MechanismStat]:
+def mechanism(method: StrategyConfig, trajs: Sequence[Trajectory], items: Sequence[QAItem]) -> dict[str, MechanismStat]:
     """The registered method's mechanism statistics over a cell's trajectories (`Method.mechanism`)."""
-    return get_method(method.name).mechanism(_selected(output, [it.id for it in items]), method,
+    return get_method(method.name).mechanism(_selected(trajs, [it.id for it in items]), method,
                                              {it.id: it for it in items})
 
 
@@ -215,9 +216,10 @@ def compare(config: CompareConfig, *, generator=None, progress: bool = True) -> 
                     generator = build_generator(config.generator)
                 log.info("%s on %s: %d questions (%d done)", label, ds.name(), len(items), len(done & {i.id for i in items}))
                 summary = evaluate(ev, generator=generator, retriever=retriever, progress=progress)
+                trajs = list(read_trajectories(ev.output))  # type: ignore[arg-type]
                 cells.append(Cell(label, ds.name(), Path(ev.output), summary,  # type: ignore[arg-type]
-                                  _scores(Path(ev.output), [it.id for it in items]),  # type: ignore[arg-type]
-                                  mechanism=mechanism(method, Path(ev.output), items)))  # type: ignore[arg-type]
+                                  _scores(Path(ev.output), trajs, [it.id for it in items]),  # type: ignore[arg-type]
+                                  mechanism=mechanism(method, trajs, items)))
     finally:
         if owned and generator is not None:
             generator.close()

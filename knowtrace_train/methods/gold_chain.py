@@ -177,10 +177,7 @@ def gold_thought(hops: Sequence[Hop], answer: str) -> str:
 
 def supported(t: Triplet, passages: Sequence[Passage]) -> bool:
     """Whether one of `passages` states the triplet's object (normalized words, whole-word match)."""
-    obj = normalize_answer(t.object)
-    if not obj:
-        return False
-    return any(f" {obj} " in f" {normalize_answer(p.title + ' ' + p.text)} " for p in passages)
+    return any(mentions(t.object, p) for p in passages)
 
 
 def passage_words(passage: Passage) -> str:

@@ -19,7 +19,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 from knowtrace_train.data.schema import QAItem
 from knowtrace_train.methods.star import star_records
 from knowtrace_train.metrics import exact_match
-from knowtrace_train.trajectory import Trajectory
+from knowtrace_train.trajectory import ModelCall, Trajectory
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +72,18 @@ class GoldTally:
     def result(self) -> GoldTrajectories:
         """The kept trajectories and the skip counts (by reason name)."""
         return self.kept, dict(sorted(self.reasons.items()))
+
+
+def gold_call(traj: Trajectory, role: str, rnd: int, prompt: str, text: str | None, count_tokens: Callable[[str], int],
+              *, prefix: str = "", off_script: str = OFF_SCRIPT, **fields: Any) -> ModelCall:
+    """Appends to `traj` the call a gold script made: `prefix` + `text` as its output, or, where the script has
+    no `text` for it (None), an empty output and `off_script` as its error; `fields` are the call's others
+    (`passage_ids`, `retrieved_tokens`)."""
+    call = ModelCall(index=len(traj.calls), role=role, round=rnd, prompt=prompt, output=prefix + (text or ""),
+                     prompt_tokens=count_tokens(prompt), output_tokens=count_tokens(text or ""), finish_reason="stop",
+                     error=None if text is not None else off_script, **fields)
+    traj.calls.append(call)
+    return call
 
 
 def read_back(traj: Trajectory, expected: Sequence[Mapping[str, Any]], item: QAItem, stop_reason: str) -> bool:

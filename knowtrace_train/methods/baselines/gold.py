@@ -37,14 +37,14 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from knowtrace_train.data.schema import Passage, QAItem
-from knowtrace_train.methods.baselines.common import ANSWER_MARK, clean_answer, passage_line
+from knowtrace_train.methods.baselines.common import ANSWER_MARK, clean_answer
 from knowtrace_train.methods.baselines.config import IRCOT, ITER_RETGEN, RA_COT, REACT, REASON, SELF_ASK, BaselineConfig
 from knowtrace_train.methods.baselines.runner import Live, Runner, Step
 from knowtrace_train.methods.baselines.self_ask import FINAL
 from knowtrace_train.methods.base import get_method
 from knowtrace_train.methods.gold_chain import NO_CHAIN, NO_CHAIN_ENTITY, UNSUPPORTED_HOP, Hop, checked_chain
 from knowtrace_train.methods.gold_chain import hop_sentence, supported
-from knowtrace_train.methods.gold_records import OFF_SCRIPT, TOO_MANY_HOPS, UNREADABLE_STEP, GoldRecords, GoldTally
+from knowtrace_train.methods.gold_records import TOO_MANY_HOPS, UNREADABLE_STEP, GoldRecords, GoldTally, gold_call
 from knowtrace_train.methods.gold_records import GoldTrajectories, gold_records, read_back, words
 from knowtrace_train.retrieval.base import Retriever
 from knowtrace_train.trajectory import ModelCall, Trajectory
@@ -187,26 +187,19 @@ class GoldRunner(Runner):
             self.found.update((p.id, p) for p in found)
         return hits
 
+    def count_tokens(self, text: str) -> int:
+        return self.count(text)
+
     def generate(self, steps: Sequence[Step]) -> list[ModelCall]:
         calls = []
         for s in steps:
-            traj = s.live.traj
             script = self.scripts[s.live.item.id]
-            index = len(traj.calls)
-            ok = s.kind == REASON and index < len(script)
-            text = script[index].text if ok else ""
-            call = ModelCall(index=index, role=s.kind, round=s.round, prompt=s.prompt, output=s.prefix + text,
-                             prompt_tokens=self.count(s.prompt), output_tokens=self.count(text), finish_reason="stop",
-                             error=None if ok else OFF_SCRIPT, passage_ids=[p.id for p in s.passages],
-                             retrieved_tokens=sum(self._tokens_of(p) for p in s.passages))
-            traj.calls.append(call)
-            calls.append(call)
+            index = len(s.live.traj.calls)
+            text = script[index].text if s.kind == REASON and index < len(script) else None
+            calls.append(gold_call(s.live.traj, s.kind, s.round, s.prompt, text, self.count, prefix=s.prefix,
+                                   passage_ids=[p.id for p in s.passages],
+                                   retrieved_tokens=sum(self._tokens_of(p) for p in s.passages)))
         return calls
-
-    def _tokens_of(self, p: Passage) -> int:
-        if p.id not in self._passage_tokens:
-            self._passage_tokens[p.id] = self.count(passage_line(p, 1))
-        return self._passage_tokens[p.id]
 
 
 # -- gold trajectories and their records ------------------------------------------------------------

@@ -190,9 +190,13 @@ class Runner:
         """What the model wrote in `call` (its output without the response prefix)."""
         return call.output[len(step.prefix):] if call.error is None else ""
 
+    def count_tokens(self, text: str) -> int:
+        """Tokens of `text` as the generator counts them (a gold runner, with no model, counts its own way)."""
+        return self.generator.count_tokens(text)
+
     def _tokens_of(self, p: Passage) -> int:
         if p.id not in self._passage_tokens:
-            self._passage_tokens[p.id] = self.generator.count_tokens(passage_line(p, 1))
+            self._passage_tokens[p.id] = self.count_tokens(passage_line(p, 1))
         return self._passage_tokens[p.id]
 
 

@@ -59,7 +59,7 @@ from knowtrace_train.methods.dog.engine import DoG, _Job, _State
 from knowtrace_train.methods.dog.graph import topic_entity
 from knowtrace_train.methods.gold_chain import NO_CHAIN, NO_CHAIN_ENTITY, UNSUPPORTED_HOP, checked_chain
 from knowtrace_train.methods.gold_records import TOO_MANY_HOPS, UNREADABLE_STEP, GoldRecords, GoldTally
-from knowtrace_train.methods.gold_records import GoldTrajectories, gold_records, one_line, read_back, words
+from knowtrace_train.methods.gold_records import GoldTrajectories, gold_call, gold_records, one_line, read_back, words
 from knowtrace_train.metrics import exact_match
 from knowtrace_train.retrieval.base import Retriever
 from knowtrace_train.trajectory import ModelCall
@@ -213,16 +213,8 @@ class GoldDoG(DoG):
         return turn_text(job.kind, left)
 
     def _generate(self, jobs: list[_Job]) -> list[ModelCall]:
-        calls = []
-        for job in jobs:
-            traj = job.state.traj
-            text = self._gold(job)
-            call = ModelCall(index=len(traj.calls), role=job.kind, round=job.hop, prompt=job.prompt, output=text or "",
-                             prompt_tokens=self.count(job.prompt), output_tokens=self.count(text or ""),
-                             finish_reason="stop", error=None if text is not None else OFF_SCRIPT)
-            traj.calls.append(call)
-            calls.append(call)
-        return calls
+        return [gold_call(job.state.traj, job.kind, job.hop, job.prompt, self._gold(job), self.count,
+                          off_script=OFF_SCRIPT) for job in jobs]
 
 
 def _reason_of_stop(stop: str | None) -> str | None:

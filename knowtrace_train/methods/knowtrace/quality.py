@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
 from knowtrace_train.kg import states_gold
+from knowtrace_train.methods.gold_chain import mentions
 from knowtrace_train.methods.knowtrace.backtrace.paths import TrajectoryBacktrace
 from knowtrace_train.data.schema import Passage, QAItem
 from knowtrace_train.kg import TracedTriplet
@@ -48,19 +49,14 @@ def _matches(t: TracedTriplet, g: Sequence[str]) -> bool:
     return states_gold(t.triplet.subject, t.triplet.object, g)
 
 
-def _mentions(p: Passage, name: str) -> bool:
-    key = normalize_answer(name)
-    return bool(key) and f" {key} " in f" {normalize_answer(p.title + ' ' + p.text)} "
-
-
 def source_passages(t: TracedTriplet, passages: Mapping[str, Passage]) -> list[str]:
     """Ids of the passages a triplet came from (see the module docstring)."""
     read = [passages[pid] for pid in t.passage_ids if pid in passages]
     unknown = [pid for pid in t.passage_ids if pid not in passages]
     for test in (
-        lambda p: _mentions(p, t.triplet.subject) and _mentions(p, t.triplet.object),
-        lambda p: _mentions(p, t.triplet.object),
-        lambda p: _mentions(p, t.triplet.subject),
+        lambda p: mentions(t.triplet.subject, p) and mentions(t.triplet.object, p),
+        lambda p: mentions(t.triplet.object, p),
+        lambda p: mentions(t.triplet.subject, p),
     ):
         hit = [p.id for p in read if test(p)]
         if hit:

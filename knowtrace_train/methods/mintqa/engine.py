@@ -240,7 +240,11 @@ class MintQA:
             out.append(tuple(h.passage for h in found))
         return out
 
+    def _count_tokens(self, text: str) -> int:
+        """Tokens of `text` as the generator counts them (the gold engine, with no model, counts its own way)."""
+        return self._generator.count_tokens(text)
+
     def _tokens_of(self, p: Passage) -> int:
         if p.id not in self._passage_tokens:
-            self._passage_tokens[p.id] = self._generator.count_tokens(prompts.render_passage(p))
+            self._passage_tokens[p.id] = self._count_tokens(prompts.render_passage(p))
         return self._passage_tokens[p.id]

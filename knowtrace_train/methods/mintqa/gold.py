@@ -38,9 +38,8 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 from knowtrace_train.data.schema import Passage, QAItem
 from knowtrace_train.methods.gold_chain import NO_CHAIN, NO_CHAIN_ENTITY, UNSUPPORTED_HOP, Hop, checked_chain
 from knowtrace_train.methods.gold_chain import supported
-from knowtrace_train.methods.gold_records import OFF_SCRIPT, TOO_MANY_HOPS, UNREADABLE_STEP, GoldRecords, GoldTally
+from knowtrace_train.methods.gold_records import TOO_MANY_HOPS, UNREADABLE_STEP, GoldRecords, GoldTally, gold_call
 from knowtrace_train.methods.gold_records import GoldTrajectories, gold_records, one_line, read_back, words
-import knowtrace_train.methods.mintqa.prompts as prompts
 from knowtrace_train.methods.mintqa.config import (
     DECOMPOSE,
     DECOMPOSE_CALL,
@@ -124,18 +123,9 @@ class GoldMintQA(MintQA):
         return text
 
     def _generate(self, jobs: list[_Job]) -> list[ModelCall]:
-        calls = []
-        for job in jobs:
-            traj = job.state.traj
-            text = self._gold(job)
-            call = ModelCall(index=len(traj.calls), role=job.kind, round=job.step, prompt=job.prompt,
-                             output=text or "", prompt_tokens=self.count(job.prompt), output_tokens=self.count(text or ""),
-                             finish_reason="stop", error=None if text is not None else OFF_SCRIPT,
-                             passage_ids=[p.id for p in job.passages],
-                             retrieved_tokens=sum(self._tokens_of(p) for p in job.passages))
-            traj.calls.append(call)
-            calls.append(call)
-        return calls
+        return [gold_call(job.state.traj, job.kind, job.step, job.prompt, self._gold(job), self.count,
+                          passage_ids=[p.id for p in job.passages],
+                          retrieved_tokens=sum(self._tokens_of(p) for p in job.passages)) for job in jobs]
 
     def _search(self, queries: list[str], owners: list[_State], step: int) -> list[tuple[Passage, ...]]:
         hits = super()._search(queries, owners, step)
@@ -143,10 +133,8 @@ class GoldMintQA(MintQA):
             self.found.update((p.id, p) for p in found)
         return hits
 
-    def _tokens_of(self, p: Passage) -> int:
-        if p.id not in self._passage_tokens:
-            self._passage_tokens[p.id] = self.count(prompts.render_passage(p))
-        return self._passage_tokens[p.id]
+    def _count_tokens(self, text: str) -> int:
+        return self.count(text)
 
 
 def hop_passages(traj: Trajectory, passages: Mapping[str, Passage]) -> list[list[Passage]]:
