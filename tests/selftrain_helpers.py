@@ -129,6 +129,36 @@ def oracle_factory(run):
     return make
 
 
+class CoinOracleGenerator(OracleGenerator):
+    """The oracle on the requests whose sampling seed is even, the wrapped generator on the rest: a question's
+    sampled trajectories then differ in how much of the gold path they follow (GRPO's groups need rewards that
+    differ), and a rerun gives the same ones."""
+
+    def generate(self, requests: Sequence[GenerationRequest]) -> list[Completion]:
+        heads = [i for i, r in enumerate(requests) if r.seed % 2 == 0]
+        tails = [i for i, r in enumerate(requests) if r.seed % 2]
+        out: list[Completion | None] = [None] * len(requests)
+        for idx, gen in ((heads, super().generate), (tails, self.inner.generate)):
+            if idx:
+                for i, c in zip(idx, gen([requests[i] for i in idx])):
+                    out[i] = c
+        return out  # type: ignore[return-value]
+
+
+def coin_oracle_factory(run):
+    """A make_generator for SelfTrain: the configured backend wrapped in CoinOracleGenerator."""
+    from knowtrace_train.generation import build_generator
+
+    cache: dict[str, dict[str, str]] = {}
+
+    def make(gen_cfg):
+        if "answers" not in cache:
+            cache["answers"] = oracle_answers(run)
+        return CoinOracleGenerator(build_generator(gen_cfg), cache["answers"])
+
+    return make
+
+
 def pinned_run_config(tmp: Path, model_dir: Path):
     """The run tests/pin_run.py pins: the tiny config, no bootstrap, one backtracing iteration (few-shot
     prompts throughout, which the oracle knows: the untrained M0 runs the strategy's exemplars)."""

@@ -195,7 +195,7 @@ def test_kto_settings_are_checked_naming_the_key():
                         (["--kto.beta", "0"], r"kto.beta must be a positive number"),
                         (["--kto.undesirable", '["wrong"]'], r"kto.undesirable: unknown source"),
                         (["--kto.undesirable_per_desirable", "0"], r"kto.undesirable_per_desirable must be a positive number or null"),
-                        (["--mode", "dpo"], r"mode must be one of \['backtrace', 'star', 'kto'\]")]:
+                        (["--mode", "dpo"], r"mode must be one of \['backtrace', 'star', 'kto', 'grpo'\]")]:
         with pytest.raises(ConfigError, match=match):
             load_config(SelfTrainConfig, None, args)
     with pytest.raises(ConfigError, match=r"'filtered' needs a rationalizer that filters"):

@@ -91,6 +91,7 @@ PLAN: dict[str, list[str] | str] = {
     "accelerate launch recipes/selftrain.py": SMALL_RUN_2,  # export and evaluate --run read its iteration 2
     "accelerate launch recipes/selftrain.py --config recipes/configs/selftrain_star.yaml --output_dir runs/star": SMALL_RUN,
     "accelerate launch recipes/selftrain.py --config recipes/configs/selftrain_kto.yaml --output_dir runs/kto": SMALL_RUN,
+    "accelerate launch recipes/selftrain.py --config recipes/configs/selftrain_grpo.yaml --output_dir runs/grpo": SMALL_RUN,
     "python scripts/doctor.py": NOT_RUN_HERE + "CI's fourth step (.ci/run) runs it on the CPU and reads its last line",
     "torchrun --nproc_per_node 2 recipes/selftrain.py":
         NOT_RUN_HERE + "tests/test_selftrain_reuse.py starts torchrun --nproc_per_node 2 on the self-training loop",

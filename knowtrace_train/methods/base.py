@@ -142,6 +142,12 @@ class Method:
         run on the base weights)."""
         return set(self.record_roles(config).values())
 
+    def credited_calls(self, trajectories: Iterable[Trajectory], *, strategy: StrategyConfig,
+                       count_tokens: Callable[[str], int]) -> dict[str, set[int]] | None:
+        """`mode: grpo`'s `credit: backtrace`: per correct trajectory id, the indices of the calls that earned its
+        answer (the others get no positive advantage). None: the method has no such rule (only `credit: outcome`)."""
+        return None
+
     def rationalizers(self) -> dict[str, Rationalizer]:
         """The rationalizers a run's `mode` may name."""
         from knowtrace_train.methods.star import star_records

@@ -18,7 +18,7 @@ from knowtrace_train.generation import GeneratorConfig, check_generator_installe
 from knowtrace_train.methods import METHODS, Method, StrategyConfig, get_method
 from knowtrace_train.methods.knowtrace import KnowTraceConfig, MaxNewTokensConfig
 from knowtrace_train.retrieval import RetrieverConfig, check_retriever_installed
-from knowtrace_train.train.config import KTOSettings, gradient_accumulation_for, launched_processes
+from knowtrace_train.train.config import GRPOSettings, KTOSettings, gradient_accumulation_for, launched_processes
 from knowtrace_train.train.lora import LoraTrainConfig, check_qlora
 from knowtrace_train.train.precision import training_device
 
@@ -30,12 +30,15 @@ ON_EMPTY = ("stop", "continue")
 #: mode -> (the rationalizers that label its records, the first the method has; its trainer). A mode that names a
 #: rationalizer trains SFT on that rationalizer's records.
 PREFERENCE_MODES = {"kto": (("backtrace", "star"), "kto")}
+#: Every mode with a trainer of its own: KTO, and GRPO (its rows carry advantages; the rationalizer's statistics,
+#: the FA ratio among them, are kept beside them so the modes' tables compare).
+TRAINER_MODES = {**PREFERENCE_MODES, "grpo": (("backtrace", "star"), "grpo")}
 
 
 def learning_mode(mode: str, rationalizers) -> tuple[str, str]:
     """(rationalizer, trainer) of a run's `mode` for a method with `rationalizers` (names)."""
-    if mode in PREFERENCE_MODES:
-        names, trainer = PREFERENCE_MODES[mode]
+    if mode in TRAINER_MODES:
+        names, trainer = TRAINER_MODES[mode]
         return next(n for n in names if n in rationalizers), trainer
     return mode, "sft"
 
@@ -121,6 +124,9 @@ class RolloutConfig:
         "G, trajectories per rollout question, each sampling from its own seeded stream (> 1 needs a temperature above 0)")})
     temperature: float | None = field(default=None, metadata={"help": (
         "sampling temperature of the rollouts' calls (None: the strategy's own, greedy by default)")})
+    questions: int | None = field(default=None, metadata={"help": (
+        "questions per iteration: iteration z rolls out the z-th slice of this many of D's questions, wrapping "
+        "round (GRPO's steps, each on a new batch); None: all of D every iteration (Algorithm 2)")})
 
     def __post_init__(self) -> None:
         if isinstance(self.samples, bool) or not isinstance(self.samples, int) or self.samples < 1:
@@ -128,6 +134,9 @@ class RolloutConfig:
         if self.temperature is not None and (isinstance(self.temperature, bool) or not isinstance(
                 self.temperature, (int, float)) or self.temperature < 0):
             raise ValueError(f"rollout.temperature must be a number >= 0 or null, got {self.temperature!r}")
+        if self.questions is not None and (isinstance(self.questions, bool) or not isinstance(self.questions, int)
+                                           or self.questions < 1):
+            raise ValueError(f"rollout.questions must be an integer >= 1 or null, got {self.questions!r}")
 
 
 def _generator() -> GeneratorConfig:
@@ -159,7 +168,8 @@ class SelfTrainConfig:
     mode: str = field(
         default="backtrace",
         metadata={"help": "what an iteration learns: 'backtrace' (SFT on the calls backtracing keeps, KnowTrace*), 'star' "
-                          "(SFT on correct trajectories whole) or 'kto' (KTO: kept calls desirable, `kto.undesirable` ones not)"},
+                          "(SFT on correct trajectories whole), 'kto' (KTO: kept calls desirable, `kto.undesirable` ones not) "
+                          "or 'grpo' (policy steps on every call with its trajectory's group-relative advantage, `grpo.*`)"},
     )
     fewshot_trained: bool = field(
         default=False,
@@ -208,6 +218,12 @@ class SelfTrainConfig:
     kto: KTOSettings = field(
         default_factory=KTOSettings, metadata={"help": "mode: kto's preference training (read only in that mode)"}
     )
+    grpo: GRPOSettings = field(
+        default_factory=GRPOSettings, metadata={"help": "mode: grpo's policy steps and credit rule (read only in that mode)"}
+    )
+    eval_every: int = field(default=1, metadata={"help": (
+        "evaluate M(z) on the dev questions every this many iterations, and always after the last (GRPO runs many "
+        "cheap iterations)")})
     grid: dict[str, list[Any]] = field(
         default_factory=dict,
         metadata={"help": "hyper-parameter search: dotted key -> values; every combination runs in <run folder>/<point>"},
@@ -220,12 +236,14 @@ class SelfTrainConfig:
         if self.iterations < 0:
             raise ValueError(f"iterations must be >= 0, got {self.iterations}")
         rationalizers = get_method(self.strategy.name).rationalizers()
-        modes = [*rationalizers, *PREFERENCE_MODES]
+        modes = [*rationalizers, *TRAINER_MODES]
         if self.mode not in modes:
             raise ValueError(f"mode must be one of {modes} for method {self.strategy.name!r}, got {self.mode!r}")
         if learning_mode(self.mode, rationalizers) == ("star", "kto") and "filtered" in self.kto.undesirable:
             raise ValueError(f"kto.undesirable: 'filtered' needs a rationalizer that filters (backtrace); method "
                              f"{self.strategy.name!r} has {list(rationalizers)}")
+        if isinstance(self.eval_every, bool) or not isinstance(self.eval_every, int) or self.eval_every < 1:
+            raise ValueError(f"eval_every must be an integer >= 1, got {self.eval_every!r}")
         if self.on_empty not in ON_EMPTY:
             raise ValueError(f"on_empty must be one of {list(ON_EMPTY)}, got {self.on_empty!r}")
         if self.chunk_size < 1:
@@ -260,6 +278,7 @@ class SelfTrainConfig:
             raise ValueError(f"mode: {self.mode} needs train.prompt_format: chat (TRL tokenizes a plain prompt and its "
                              "completion as one text, and their tokens merge across the boundary)")
         self._check_rollout()
+        self._check_grpo()
         check_retriever_installed(self.retriever)
         check_generator_installed(self.generator)
         self.strategy.check_installed()
@@ -295,6 +314,23 @@ class SelfTrainConfig:
                 f"rollout.samples is {r.samples} but the rollouts decode greedily (temperature {temperature}): the "
                 f"{r.samples} samples would be one trajectory repeated; set rollout.temperature (e.g. 0.7)"
                 + ("" if sampled else f", which method {self.strategy.name!r} does not have"))
+
+    def _check_grpo(self) -> None:
+        """mode: grpo needs groups (rollout.samples >= 2, sampled), one process, and for `credit: backtrace` a method
+        whose calls backtracing can credit."""
+        if self.mode != "grpo":
+            return
+        if self.rollout.samples < 2:
+            raise ValueError(f"mode: grpo compares a question's samples: set rollout.samples >= 2 (and "
+                             f"rollout.temperature), got {self.rollout.samples}")
+        method = get_method(self.strategy.name)
+        if self.grpo.credit == "backtrace" and type(method).credited_calls is Method.credited_calls:
+            have = sorted(n for n, m in METHODS.items() if type(m).credited_calls is not Method.credited_calls)
+            raise ValueError(f"grpo.credit: backtrace needs a method whose calls backtracing credits ({', '.join(have)}); "
+                             f"method {self.strategy.name!r} has none: set grpo.credit: outcome")
+        if launched_processes() > 1:
+            raise ValueError("mode: grpo trains in one process (its rows are not sharded among processes yet): launch "
+                             "it without torchrun / accelerate --num_processes")
 
     def _check_batches(self, processes: int) -> None:
         """Every training section, at every grid point that changes its batch settings, must divide its
@@ -336,4 +372,4 @@ def read_run_config(path: str | Path) -> SelfTrainConfig:
     return load_config(SelfTrainConfig, path, data=data)
 
 
-__all__ = ["LAUNCH_KEY", "PREFERENCE_MODES", "learning_mode", "BootstrapConfig", "DataConfig", "SelfTrainConfig", "read_run_config"]
+__all__ = ["LAUNCH_KEY", "PREFERENCE_MODES", "TRAINER_MODES", "learning_mode", "BootstrapConfig", "DataConfig", "SelfTrainConfig", "read_run_config"]

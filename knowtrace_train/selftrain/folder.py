@@ -10,7 +10,7 @@ from knowtrace_train.selftrain.config import LAUNCH_KEY, SelfTrainConfig
 from knowtrace_train.train.config import gradient_accumulation_for, per_device_batch_for
 
 #: Config keys a rerun may change without invalidating the run folder.
-RESUMABLE_CHANGES = ("name", "output_dir", "iterations", "threads", "generator.progress", "retriever.show_progress",
+RESUMABLE_CHANGES = ("name", "output_dir", "iterations", "eval_every", "threads", "generator.progress", "retriever.show_progress",
                      "data.test", "data.test_questions",  # the test split is read after the run, never by it
                      "reuse")
 

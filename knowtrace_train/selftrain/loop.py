@@ -53,6 +53,7 @@ from knowtrace_train.metrics import question_kind
 from knowtrace_train.selftrain.bootstrap import Bootstrap
 from knowtrace_train.selftrain.config import SelfTrainConfig, learning_mode
 from knowtrace_train.selftrain.folder import check_same_config, run_config_text
+from knowtrace_train.selftrain.training import AdapterTraining
 from knowtrace_train.selftrain.models import (
     ModelState, generator_config, read_records, rollout_strategy_config, run_relative, strategy_config)
 from knowtrace_train.selftrain.reuse import Reuse
@@ -104,7 +105,7 @@ def select_questions(config: SelfTrainConfig, bootstrap: bool) -> Questions:
 # -- the run ----------------------------------------------------------------------------------------
 
 
-class SelfTrain(Bootstrap, Reuse):
+class SelfTrain(Bootstrap, Reuse, AdapterTraining):
     """One self-training run in its folder. `run()` walks every stage, skipping the finished ones."""
 
     def __init__(
@@ -350,7 +351,7 @@ class SelfTrain(Bootstrap, Reuse):
         cfg = self.config
         folder = self.run_dir / f"iter_{z}"
         seed = cfg.strategy.seed + z
-        roll = self._rollout_stage(folder, "rollout", "rollout", prev, self.questions.rollout, "rollouts.jsonl", seed,
+        roll = self._rollout_stage(folder, "rollout", "rollout", prev, self.rollout_items(z), "rollouts.jsonl", seed,
                                    f"iter {z} rollout", z, rollout=True)
         if roll.get("samples", 1) > 1:
             log.info("iteration %d rollouts: %d of %d trajectories correct; %d of %d questions solved by one of "
@@ -364,8 +365,11 @@ class SelfTrain(Bootstrap, Reuse):
         trainer = self.learning_mode[1]
         for i, (adapter, recs) in enumerate(groups.items()):
             train_info[adapter] = self.stages.run(folder, f"train_{adapter}", lambda a=adapter, r=recs, i=i: self._train(
-                folder, a, r, base, cfg.train, seed=cfg.seed * 1000 + z * 10 + i, trainer=trainer))
+                folder, a, r, base, cfg.train, seed=cfg.seed * 1000 + z * 10 + i, trainer=trainer,
+                init_adapter=prev.adapters.get(a) if trainer == "grpo" else None))
         adapters = {a: str(folder / "adapters" / a) for a, t in train_info.items() if t.get("records", 0) > 0}
+        if trainer == "grpo" and adapters:  # the policy goes on: a role without rows keeps M(z-1)'s adapter
+            adapters = {**prev.adapters, **adapters}
         status = "trained"
         stop = False
         if not adapters:
@@ -378,7 +382,8 @@ class SelfTrain(Bootstrap, Reuse):
         else:
             state = ModelState(name=f"M{z}", model=m0.model, adapters=adapters,
                                trained=m0.trained | frozenset(adapters))
-        ev = None if stop else self._eval(folder, state, seed, z)
+        evaluated = not stop and (z % cfg.eval_every == 0 or z == cfg.iterations)
+        ev = self._eval(folder, state, seed, z) if evaluated else None
         vs_m0 = vs_prev = None
         if ev is not None:
             vs_m0 = self._compare(m0.name, self.m0_folder(m0), folder)
@@ -419,14 +424,18 @@ class SelfTrain(Bootstrap, Reuse):
                 passages={p.id: p for p in self.corpus},
                 **({"undesirable": cfg.kto.undesirable} if trainer == "kto" else {}),
             )
-            self._write_records(folder, res.records_by_role)
-            write_json(folder / "rationale.json", res.stats)
-            st = res.stats
+            records, st = res.records_by_role, res.stats
+            if trainer == "grpo":
+                records, st = self._grpo_rows(folder, z, st)
+            self._write_records(folder, records)
+            write_json(folder / "rationale.json", st)
             info = {k: st.get(k) for k in ("mode", "trajectories", "correct", "backtraced", "skipped", "fa_ratio",
                                             "tokens_all", "tokens_filtered", "records")}
             info["fa_by_role"] = {r: v.get("fa_ratio") for r, v in st.get("roles", {}).items()}
             if "undesirable" in st:
                 info["undesirable"] = st["undesirable"]
+            if "grpo" in st:
+                info["grpo"] = st["grpo"]
         return self.procs.broadcast(info)
 
     def _write_records(self, folder: Path, records_by_role: Mapping[str, list[dict[str, Any]]]) -> None:
@@ -439,52 +448,6 @@ class SelfTrain(Bootstrap, Reuse):
     def learning_mode(self) -> tuple[str, str]:
         """(rationalizer, trainer) of the config's `mode`."""
         return learning_mode(self.config.mode, self.method.rationalizers())
-
-    def _train(self, folder: Path, adapter: str, records: list[dict[str, Any]], base: Path, tc, seed: int,
-               subdir: str = "adapters", trainer: str = "sft") -> dict[str, Any]:
-        # An empty output (a completion that found nothing, kept whole in mode "star") teaches
-        # nothing the end-of-sequence token does not: such records are not trained on, only counted.
-        keys = ("prompt", "completion", "label") if trainer == "kto" else ("prompt", "completion")
-        rows = [{k: r[k] for k in keys if k in r} for r in records
-                if isinstance(r.get("completion"), str) and r["completion"].strip()]
-        empty = len(records) - len(rows)
-        extra: dict[str, Any] = {}
-        if trainer == "kto":
-            from knowtrace_train.train.kto import route_role
-
-            trainer, rows, extra = route_role(rows, self.config.kto, f"{folder.name}: the {adapter} adapter")
-            if trainer is None:
-                return {"records": 0, "empty_completions": empty, **extra}
-        if not rows:
-            log.warning("%s: no records for the %s adapter; the role runs on M0", folder.name, adapter)
-            return {"records": 0, "empty_completions": empty}
-        if trainer == "kto":
-            from knowtrace_train.train.kto import train_role_kto
-
-            res, extra["kto"] = train_role_kto(base, rows, folder / subdir / adapter, dataclasses.replace(tc, seed=seed),
-                                               self.config.kto, role=adapter)
-        else:
-            from knowtrace_train.train.lora import train_role
-
-            res = train_role(base, rows, folder / subdir / adapter, dataclasses.replace(tc, seed=seed), role=adapter)
-        return {
-            **extra,
-            "records": res.records,
-            "empty_completions": empty,
-            "skipped_records": res.skipped_records,
-            "loss": res.train_loss,
-            "losses": list(res.losses),
-            "steps": res.steps,
-            "plateau_stop_step": res.plateau_stop_step,
-            "tokens": res.tokens,
-            "tokens_per_second": res.tokens_per_second,
-            "train_seconds": res.seconds,
-            "seed": seed,
-            # the batch as trained: per-device batch x accumulation x processes
-            "effective_batch_size": res.effective_batch_size,
-            "gradient_accumulation_steps": res.gradient_accumulation_steps,
-            "processes": res.processes,
-        }
 
     # -- summary ----------------------------------------------------------------------------------
     def _write_summary(self, metrics: list[dict[str, Any]]) -> dict[str, Any]:

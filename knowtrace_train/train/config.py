@@ -201,6 +201,73 @@ class KTOSettings:
                              f"got {self.batch_size!r}")
 
 
+GRPO_CREDITS = ("backtrace", "outcome")
+GRPO_REWARDS = ("f1", "em")
+GRPO_LOSSES = ("dapo", "grpo", "dr_grpo", "bnpo")
+
+
+@dataclass
+class GRPOSettings:
+    """`mode: grpo` (TRL's GRPO loss, DeepSeekMath's group-relative advantage): each iteration's G samples per question
+    are scored, every model call of a trajectory is a training row carrying its trajectory's advantage, and each role's
+    adapter takes policy-gradient steps on its rows, KL-anchored to M0 (the adapter disabled). Unlike the SFT modes the
+    adapter is not re-made from M0 each iteration: iteration z continues iteration z-1's (the policy that rolled out).
+    The LoRA shape (rank, alpha, targets) and the precision are the `train:` section's."""
+
+    credit: str = field(default="backtrace", metadata={"help": (
+        "'backtrace': the calls backtracing drops from a correct trajectory get no positive advantage (set to 0); "
+        "'outcome': every call carries its trajectory's advantage (the outcome-reward anchors' way)")})
+    reward: str = field(default="f1", metadata={"help": "answer reward: 'f1' (token F1 against the gold answers) or 'em'"})
+    format_weight: float = field(default=0.1, metadata={"help": (
+        "format term added to the answer reward: weight x (2 x parsed calls / calls - 1), so +weight when every call "
+        "parsed and -weight when none did (a trajectory with no call gets -weight)")})
+    scale_rewards: str = field(default="group", metadata={"help": (
+        "'group': advantage = (reward - group mean) / (group std + 1e-4), TRL's default; 'none': reward - group mean "
+        "(Dr. GRPO)")})
+    beta: float = field(default=0.04, metadata={"help": "KL coefficient against M0 (the adapter disabled); 0 drops the KL term"})
+    epsilon: float = field(default=0.2, metadata={"help": "clipping range of the importance ratio (TRL's epsilon)"})
+    loss_type: str = field(default="dapo", metadata={"help": (
+        "TRL's loss normalisation: 'dapo' (every completion token of a step weighs the same; TRL's default), 'grpo', "
+        "'dr_grpo' or 'bnpo'")})
+    learning_rate: float = field(default=1e-4, metadata={"help": "AdamW rate of the policy steps (the adapter's)"})
+    batch_size: int = field(default=8, metadata={"help": "rows (model calls) per optimizer step"})
+    per_device_batch_size: int | None = field(default=None, metadata={"help": (
+        "rows per forward pass (None: batch_size); must divide batch_size, the accumulation making up the rest")})
+    epochs: int = field(default=1, metadata={"help": (
+        "passes over an iteration's rows (TRL's num_iterations, mu); > 1 reuses the rows with the clipped importance ratio")})
+
+    def __post_init__(self) -> None:
+        for name, allowed in (("credit", GRPO_CREDITS), ("reward", GRPO_REWARDS), ("loss_type", GRPO_LOSSES),
+                              ("scale_rewards", ("group", "none"))):
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"grpo.{name} must be one of {list(allowed)}, got {getattr(self, name)!r}")
+        for name, low in (("format_weight", 0.0), ("beta", 0.0)):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or v < low:
+                raise ValueError(f"grpo.{name} must be a number >= {low:g}, got {v!r}")
+        for name in ("epsilon", "learning_rate"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0:
+                raise ValueError(f"grpo.{name} must be a positive number, got {v!r}")
+        for name in ("batch_size", "epochs", "per_device_batch_size"):
+            v = getattr(self, name)
+            if v is None and name == "per_device_batch_size":
+                continue
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"grpo.{name} must be an integer >= 1{' or null' if name.startswith('per') else ''}, got {v!r}")
+        if self.per_device_batch_size is not None and self.batch_size % self.per_device_batch_size:
+            raise ValueError(f"grpo.batch_size {self.batch_size} is not a multiple of grpo.per_device_batch_size "
+                             f"{self.per_device_batch_size}")
+
+    @property
+    def rows_per_pass(self) -> int:
+        return self.per_device_batch_size or self.batch_size
+
+    @property
+    def accumulation(self) -> int:
+        return self.batch_size // self.rows_per_pass
+
+
 def per_device_batch_for(config: LoraTrainConfig, processes: int) -> int:
     """Records per forward pass per process: `per_device_batch_size`, or where it is null (auto) the process's
     whole share of `effective_batch_size` where that divides evenly among `processes`, else 1."""

@@ -69,6 +69,12 @@ class KnowTraceMethod(Method):
     def rationalizers(self) -> dict[str, Rationalizer]:
         return {"backtrace": backtrace_records, "star": star_records}
 
+    def credited_calls(self, trajectories, *, strategy: KnowTraceConfig, count_tokens) -> dict[str, set[int]]:
+        """Backtracing's credit: per correct trajectory, the calls whose outputs reached the evidence subgraph."""
+        from knowtrace_train.methods.knowtrace.backtrace.records import evidence_calls
+
+        return evidence_calls(trajectories, count_tokens=count_tokens, path_rule=strategy.path_rule)
+
     def for_model(self, config: KnowTraceConfig, trained: frozenset[str], fewshot_trained: bool) -> KnowTraceConfig:
         """Prompts of trained roles follow `fewshot_trained`; untrained roles keep the configured exemplars."""
 

@@ -282,3 +282,22 @@ def backtrace_trajectories(
         }
     log.info("backtracing: %d/%d correct trajectories backtraced, FA %.3f", n_ok, n_correct, stats["fa_ratio"])
     return BacktraceResult(records_by_role=records, stats=stats, traces=traces)
+
+
+def evidence_calls(trajectories: Iterable[Trajectory], *, count_tokens: Callable[[str], int],
+                   path_rule: str = DEFAULT_PATH_RULE) -> dict[str, set[int]]:
+    """The credit rule of `mode: grpo` with `credit: backtrace`: for each correct trajectory, the indices of the
+    calls backtracing keeps (wholly or filtered: the calls `mode: backtrace` trains on). A correct trajectory that
+    cannot be backtraced (no path, no answer call) keeps none: its answer is not supported by evidence it traced.
+    Wrong trajectories are not in the result."""
+    out: dict[str, set[int]] = {}
+    for traj in trajectories:
+        if not is_correct(traj):
+            continue
+        bt = backtrace(traj, path_rule)
+        if not bt.ok or not any(is_answer_call(c) for c in traj.calls):
+            out[traj.id] = set()
+            continue
+        out[traj.id] = {fc.call.index for fc in filter_trajectory(traj, bt.evidence, count_tokens) if fc.kept}
+    return out
+
