@@ -321,3 +321,18 @@ def test_the_grpo_configs_load_and_size_the_gpu_passes():
     assert gpu.generator.backend == "vllm" and "Llama-3" in gpu.generator.model and gpu.train.gradient_checkpointing
     assert gpu.grpo.rows_per_pass == 2 and gpu.grpo.accumulation == 8 and gpu.train.max_length == 4096
     gpu._check_grpo()
+
+
+def test_rollout_questions_take_the_next_slice_of_d_each_iteration_wrapping_round():
+    from types import SimpleNamespace
+
+    from knowtrace_train.selftrain.training import AdapterTraining
+
+    run = SimpleNamespace(questions=SimpleNamespace(rollout=list("abcde")),
+                          config=SimpleNamespace(rollout=SimpleNamespace(questions=2)))
+    assert [AdapterTraining.rollout_items(run, z) for z in (1, 2, 3, 4)] == [
+        ["a", "b"], ["c", "d"], ["e", "a"], ["b", "c"]]
+    run.config.rollout.questions = None
+    assert AdapterTraining.rollout_items(run, 3) == list("abcde")
+    with pytest.raises(ConfigError, match=r"rollout.questions must be an integer >= 1 or null"):
+        load_config(SelfTrainConfig, None, ["--rollout.questions", "0"])
