@@ -153,8 +153,6 @@ def grpo_records(
         "zero_advantage": counts["zero_advantage"],
         "calls_untrained_kind": counts["calls_untrained_kind"],
         "records": {k: len(v) for k, v in rows.items()},
-        # the SFT modes' accounting (nothing is filtered by GRPO)
-        "skipped": {}, "tokens_all": None, "tokens_filtered": None, "fa_ratio": None, "roles": {},
     }
     return rows, stats
 
