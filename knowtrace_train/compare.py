@@ -249,7 +249,7 @@ def _grid(cells: Sequence[Cell]) -> tuple[list[str], list[str], dict[tuple[str, 
     return methods, datasets, {(c.method, c.dataset): c for c in cells}
 
 
-def _table(header: list[str], rows: list[list[str]]) -> str:
+def markdown_table(header: list[str], rows: list[list[str]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     lines += ["| " + " | ".join(r) + " |" for r in rows]
     return "\n".join(lines)
@@ -264,11 +264,11 @@ def format_tables(cells: Sequence[Cell]) -> str:
     head = ["method"] + [f"{d} (n={n[d]}) {k}" for d in datasets for k in ("EM", "F1")]
     rows = [[m] + [f"{at[m, d].summary.em:.3f}" if k == "EM" else f"{at[m, d].summary.f1:.3f}"
                    for d in datasets for k in ("EM", "F1")] for m in methods]
-    out += ["Table 1 layout: EM and F1", _table(head, rows), ""]
+    out += ["Table 1 layout: EM and F1", markdown_table(head, rows), ""]
 
     head = ["method"] + [f"{d} EM [95% CI]" for d in datasets]
     rows = [[m] + [em_cell(at[m, d].summary.em, _iv(at[m, d].summary.em_interval)) for d in datasets] for m in methods]
-    out += ["EM with its 95% bootstrap interval (none under 20 questions)", _table(head, rows), ""]
+    out += ["EM with its 95% bootstrap interval (none under 20 questions)", markdown_table(head, rows), ""]
 
     kinds = {d: [k for k in ("bridge", "comparison") if any((at[m, d].summary.by_kind or {}).get(k) for m in methods)]
              for d in datasets}
@@ -277,18 +277,18 @@ def format_tables(cells: Sequence[Cell]) -> str:
                              for k in kinds[d] if len(kinds[d]) > 1]
         rows = [[m] + [em_cell(at[m, d].summary.by_kind[k].mean, _iv(at[m, d].summary.by_kind[k]))
                        for d in datasets for k in kinds[d] if len(kinds[d]) > 1] for m in methods]
-        out += ["EM by question kind (a comparison is a two-way choice: a guess scores about 0.5)", _table(head, rows), ""]
+        out += ["EM by question kind (a comparison is a two-way choice: a guess scores about 0.5)", markdown_table(head, rows), ""]
 
     if len(methods) > 1:
         head = ["method"] + [f"{d} EM vs {methods[0]}" for d in datasets]
         rows = [[m] + [diff_cell(at[m, d].vs_reference) for d in datasets] for m in methods[1:]]
-        out += [f"EM difference from {methods[0]} on the same questions (exact McNemar p)", _table(head, rows), ""]
+        out += [f"EM difference from {methods[0]} on the same questions (exact McNemar p)", markdown_table(head, rows), ""]
 
     head = ["method"] + [f"{d} {k}" for d in datasets for k in ("#Iter", "#Tok", "#Time (s)")]
     rows = [[m] + [v for d in datasets for v in (f"{at[m, d].summary.rounds:.2f}",
                                                  f"{at[m, d].summary.retrieved_tokens:,.0f}",
                                                  f"{at[m, d].summary.sec_per_question:.1f}")] for m in methods]
-    out += ["Table 5 layout: rounds, retrieved tokens read by the model and seconds per question", _table(head, rows)]
+    out += ["Table 5 layout: rounds, retrieved tokens read by the model and seconds per question", markdown_table(head, rows)]
     out += ["", *mechanism_table(cells)]
     return "\n".join(out)
 
@@ -308,7 +308,7 @@ def mechanism_table(cells: Sequence[Cell]) -> list[str]:
                      or ["none (the method records no mechanism statistic)"])
             rows.append([d, m] + stats + [""] * (width - len(stats)))
     return ["Mechanism: whether each method's own mechanism runs (its statistics: docs/trace.md, docs/dog.md, docs/mintqa.md)",
-            _table(head, rows)]
+            markdown_table(head, rows)]
 
 
 def figures(cells: Sequence[Cell], config: CompareConfig) -> dict[str, Any]:

@@ -2,6 +2,7 @@
 
     python scripts/compare_methods.py --config recipes/configs/compare_world.yaml
     python scripts/compare_methods.py --config recipes/configs/compare_world.yaml --limit 10 --generator.model /work/runs/m0/iter_0/model
+    python scripts/compare_methods.py --config recipes/configs/compare_fair_world.yaml   # the fair table of self-training runs
 
 The config (`knowtrace_train.compare.CompareConfig`) lists the methods (strategy sections; the first is
 the reference of the paired tests), the datasets (dataset + corpus sections), one generator, one
@@ -11,6 +12,12 @@ EM by question kind; EM difference from the reference with its exact McNemar p; 
 retrieved tokens, seconds per question; Mechanism: per dataset and method, the method's own statistics
 of whether its mechanism runs, each "name: numerator/denominator = value"); the last line is one JSON
 object of every figure (a cell's statistics under "mechanism").
+
+A config with a top-level `runs:` key is a `knowtrace_train.fair.FairConfig` instead: it names self-training
+run folders (label: folder) and reads their evaluations, running no model; the script prints the fair
+table (per label and stage: n, EM with its interval, bridge and comparison EM, F1, the mechanism
+statistics, the seconds the run spent) and each label's best stage against the reference's; the last line
+is one JSON object of it (docs/baselines.md, "The fair table").
 """
 
 from __future__ import annotations
@@ -22,15 +29,28 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 from knowtrace_train.compare import CompareConfig, compare, figures, format_tables, load_compare_config  # noqa: E402
-from knowtrace_train.config import RecipeArgs, run_recipe  # noqa: E402
+from knowtrace_train.config import RecipeArgs, read_yaml, run_recipe  # noqa: E402
+from knowtrace_train.fair import FairConfig, fair_figures, fair_table, format_fair_table, load_fair_config  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run_recipe(argv, __doc__, "YAML config (recipes/configs/compare_*.yaml)", load_compare_config, run,
+    return run_recipe(argv, __doc__, "YAML config (recipes/configs/compare_*.yaml)", load, run,
                       config_class=CompareConfig)
 
 
-def run(config: CompareConfig, args: RecipeArgs) -> int:
+def load(path: str | None, overrides: list[str]) -> CompareConfig | FairConfig:
+    """A FairConfig where the file has a top-level `runs:` key, else a CompareConfig."""
+    if path is not None and "runs" in read_yaml(path):
+        return load_fair_config(path, overrides)
+    return load_compare_config(path, overrides)
+
+
+def run(config: CompareConfig | FairConfig, args: RecipeArgs) -> int:
+    if isinstance(config, FairConfig):
+        rows = fair_table(config)
+        print(format_fair_table(rows, config.reference))
+        print(json.dumps(fair_figures(rows, config)))
+        return 0
     cells = compare(config, progress=not args.quiet)
     print(format_tables(cells))
     print(json.dumps(figures(cells, config)))

@@ -322,6 +322,10 @@ def _config_class(path: Path) -> type:
     from knowtrace_train.evaluate import EvalConfig
     from knowtrace_train.selftrain.config import SelfTrainConfig
 
+    from knowtrace_train.fair import FairConfig
+
+    if path.name.startswith("compare_") and "runs" in (yaml.safe_load(path.read_text()) or {}):
+        return FairConfig  # the fair table's configs name run folders (scripts/compare_methods.py reads them)
     classes = {"selftrain_": SelfTrainConfig, "eval_": EvalConfig, "compare_": CompareConfig}
     return next(cls for prefix, cls in classes.items() if path.name.startswith(prefix))
 

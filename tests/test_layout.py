@@ -9,7 +9,7 @@ import pytest
 
 PKG = Path(__file__).resolve().parents[1] / "knowtrace_train"
 SHARED = ("trajectory", "kg", "kg_store", "metrics", "pairing", "io", "config", "errors", "stages", "data", "retrieval", "generation")
-LOOPS = ("selftrain", "train", "evaluate", "report", "report_html", "compare", "arms")
+LOOPS = ("selftrain", "train", "evaluate", "report", "report_html", "compare", "fair", "arms")
 
 
 def _band(module: str) -> str:

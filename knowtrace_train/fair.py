@@ -1,0 +1,349 @@
+"""The fair table: every method self-trained the same way, each (run, stage) model's dev EM/F1, EM by kind, mechanism statistics and seconds, and each method's best stage paired with the reference's.
+
+A `FairConfig` names self-training run folders (`recipes/selftrain.py --strategy.name <method>`, `--mode star`;
+KnowTrace `--mode backtrace`) by label and the stages to read from each: `base` (base/eval.jsonl, the raw base),
+`m0` (M0: iter_0/eval.jsonl, or base/eval.jsonl where m0.json says M0 is the raw base) and `iter_<z>`
+(iter_<z>/eval.jsonl, M(z)). `fair_table` checks everything before it computes anything (every run folder, its
+config.yaml naming a registered method, every eval file finished, every run on the same dev questions) and then
+gives one `FairRow` per (label, stage): EM and F1 with their 95% bootstrap intervals, EM of the bridge and of the
+comparison questions apart (question kinds from `data`), the method's own mechanism statistics on those
+trajectories (`Method.mechanism`, as `compare.py` prints them) and the seconds the run spent. Each label's best
+stage (highest EM; the earlier stage in `stages` on a tie) is paired with the reference label's best stage on the
+same questions (`pairing.compare_scores`: exact McNemar on EM, paired bootstrap on F1).
+
+Seconds are the wall-clock seconds each stage recorded in its DONE marker (`<folder>/DONE.<stage>`: "seconds",
+or "reused_seconds" for a stage another run computed and this one took from the reuse cache: what it cost
+when computed), read per stage, never from this machine: `bootstrap` = iter_0's gold, train_* and merge
+markers (and base/DONE.probe, bootstrap "auto"'s probe), where M0 is bootstrapped; `iterations` = the
+rollout, rationalize and train_* markers of iter_1 .. iter_<z> (up to the row's stage; none for base and m0);
+`eval` = the row's own evaluation (its folder's DONE.eval). On a CPU-only machine they are the time the run
+held its cores, not a process's CPU time.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+from knowtrace_train.compare import markdown_table, mechanism
+from knowtrace_train.config import load_config, read_yaml
+from knowtrace_train.errors import UserError
+from knowtrace_train.methods import METHODS
+from knowtrace_train.methods.base import MechanismStat
+from knowtrace_train.metrics import Interval, bootstrap_interval, em_by_kind, question_kind
+from knowtrace_train.pairing import QuestionScores, by_id, compare_scores, read_question_scores
+from knowtrace_train.report import em_cell, p_text
+from knowtrace_train.stages import DONE_PREFIX, is_done, read_done
+from knowtrace_train.trajectory import read_trajectories
+
+_ITER = re.compile(r"iter_(\d+)")
+#: the question kinds the table shows apart
+KINDS = ("bridge", "comparison")
+
+
+class FairTableError(UserError, ValueError):
+    """A run folder, a file in it or a config the fair table cannot read as given (names the file and field)."""
+
+    label = "fair table"
+
+
+@dataclass
+class FairConfig:
+    """Self-training runs of several methods, read side by side on the same dev questions."""
+
+    runs: dict[str, str] = field(
+        default_factory=dict, metadata={"help": "label (usually the method's name) -> its self-training run folder"})
+    stages: list[str] = field(
+        default_factory=lambda: ["base", "m0", "iter_2"],
+        metadata={"help": "the models of each run: base (raw base), m0 (M0: iter_0, or base where M0 is the raw "
+                          "base), iter_<z> (M(z))"})
+    reference: str = field(
+        default="knowtrace", metadata={"help": "the label whose best stage every other label's best stage is paired with"})
+    data: str = field(
+        default="data/world/dev.jsonl",
+        metadata={"help": "the dev file the runs' questions come from (question kinds, the mechanism statistics' "
+                          "gold evidence)"})
+    seed: int = field(default=0, metadata={"help": "seed of the bootstrap intervals and the paired tests"})
+
+    def __post_init__(self) -> None:
+        if not self.stages:
+            raise ValueError("stages must name at least one stage (base, m0, iter_<z>)")
+        for s in self.stages:
+            if s not in ("base", "m0") and not _ITER.fullmatch(s):
+                raise ValueError(f"stages: {s!r} is not base, m0 or iter_<z>")
+        if len(set(self.stages)) != len(self.stages):
+            raise ValueError(f"stages names a stage twice: {self.stages}")
+        if self.runs and self.reference not in self.runs:  # no runs yet: `fair_table` refuses it
+            raise ValueError(f"reference {self.reference!r} is not a label of runs ({sorted(self.runs)})")
+
+
+def load_fair_config(path: str | Path | None = None, overrides: Sequence[str] = ()) -> FairConfig:
+    return load_config(FairConfig, path, list(overrides))
+
+
+@dataclass
+class FairRow:
+    """One (label, stage) model of the table."""
+
+    label: str
+    method: str
+    stage: str
+    #: the eval file read
+    path: Path
+    scores: QuestionScores
+    em: Interval
+    f1: Interval
+    #: EM of the questions of each kind (bridge, comparison, unknown: those present)
+    by_kind: dict[str, Interval]
+    mechanism: dict[str, MechanismStat]
+    #: {"bootstrap", "iterations", "eval"}: seconds (see the module docstring)
+    seconds: dict[str, float]
+    #: whether the stage is M0 as the raw base (m0 read from base/eval.jsonl)
+    m0_is_base: bool = False
+    best: bool = False
+    #: on the label's best stage (not the reference's): `compare_scores(reference best, this)`
+    vs_reference: dict[str, Any] | None = None
+
+    @property
+    def build_seconds(self) -> float:
+        return self.seconds["bootstrap"] + self.seconds["iterations"]
+
+
+# -- reading the runs --------------------------------------------------------------------------------
+
+
+@dataclass
+class _Run:
+    label: str
+    folder: Path
+    method: str
+    strategy: Any
+    dev: list[str]
+    m0_bootstrapped: bool | None
+
+
+def _read_run(label: str, folder: Path, need_m0: bool) -> _Run:
+    if not folder.is_dir():
+        raise FairTableError(f"runs.{label}: no run folder {folder}")
+    cfg_path = folder / "config.yaml"
+    if not cfg_path.is_file():
+        raise FairTableError(f"runs.{label}: {cfg_path} is missing (not a self-training run folder?)")
+    raw = read_yaml(cfg_path)
+    section = raw.get("strategy")
+    name = section.get("name") if isinstance(section, dict) else None
+    if name not in METHODS:
+        raise FairTableError(f"runs.{label}: {cfg_path}: strategy.name {name!r} is not a registered method "
+                             f"(registered: {', '.join(sorted(METHODS))})")
+    from knowtrace_train.selftrain.config import read_run_config
+
+    strategy = read_run_config(cfg_path).strategy
+    qfile = folder / "questions.json"
+    try:
+        dev = [str(i) for i in json.loads(qfile.read_text(encoding="utf-8"))["dev"]]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise FairTableError(f"runs.{label}: {qfile}: no list of dev question ids under \"dev\" ({e})") from None
+    boot = None
+    if need_m0:
+        m0 = folder / "m0.json"
+        try:
+            boot = bool(json.loads(m0.read_text(encoding="utf-8"))["bootstrapped"])
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise FairTableError(f"runs.{label}: stage m0: {m0}: no \"bootstrapped\" field (M0 not built yet?) "
+                                 f"({e})") from None
+    return _Run(label, folder, name, strategy, dev, boot)
+
+
+def stage_folder(run: _Run, stage: str) -> Path:
+    """The folder whose eval.jsonl holds the stage's model."""
+    if stage == "m0":
+        return run.folder / ("iter_0" if run.m0_bootstrapped else "base")
+    return run.folder / stage
+
+
+def _check_same_questions(runs: Sequence[_Run]) -> None:
+    first = runs[0]
+    for r in runs[1:]:
+        if set(r.dev) != set(first.dev):
+            raise FairTableError(
+                f"runs.{first.label} ({first.folder}) and runs.{r.label} ({r.folder}) evaluate other dev questions "
+                f"({len(set(first.dev) ^ set(r.dev))} ids in one questions.json but not the other); paired tests "
+                "need the same questions: rerun with the same data.dev, data.dev_questions and data.seed")
+
+
+def _marker_seconds(folder: Path, stage: str) -> float:
+    info = read_done(folder, stage)
+    return float(info.get("reused_seconds") or info.get("seconds") or 0.0)
+
+
+def _stages_seconds(folder: Path, skip: Sequence[str] = ("eval",)) -> float:
+    """The seconds of every stage marker in `folder` but those in `skip`."""
+    names = [m.name[len(DONE_PREFIX):] for m in sorted(folder.glob(DONE_PREFIX + "*"))]
+    return sum((_marker_seconds(folder, n) for n in names if n not in skip), 0.0)
+
+
+def run_seconds(run: _Run, stage: str) -> dict[str, float]:
+    """{"bootstrap", "iterations", "eval"} of a stage's model (see the module docstring)."""
+    boot = 0.0
+    if stage != "base":
+        if is_done(run.folder / "base", "probe"):
+            boot += _marker_seconds(run.folder / "base", "probe")
+        if (run.folder / "iter_0" / f"{DONE_PREFIX}merge").is_file():
+            boot += _stages_seconds(run.folder / "iter_0")
+    m = _ITER.fullmatch(stage)
+    last = int(m.group(1)) if m else 0
+    iters = sum((_stages_seconds(run.folder / f"iter_{z}") for z in range(1, last + 1)), 0.0)
+    return {"bootstrap": round(boot, 3), "iterations": round(iters, 3),
+            "eval": round(_marker_seconds(stage_folder(run, stage), "eval"), 3)}
+
+
+def _eval_file(run: _Run, stage: str) -> Path:
+    folder = stage_folder(run, stage)
+    path = folder / "eval.jsonl"
+    if not path.is_file():
+        why = " (M0 is the raw base and the base was not evaluated: eval_base false)" if stage == "m0" else ""
+        raise FairTableError(f"runs.{run.label}: stage {stage}: no eval file {path}{why}")
+    if not is_done(folder, "eval"):
+        raise FairTableError(f"runs.{run.label}: stage {stage}: {path} is not finished (no {folder / 'DONE.eval'}: "
+                             "the run is still evaluating this model)")
+    return path
+
+
+def _items(path: str, ids: Sequence[str]):
+    from knowtrace_train.data.loaders import load_items
+
+    if not Path(path).is_file():
+        raise FairTableError(f"data: no such file {path!r}")
+    items = {it.id: it for it in load_items(path)}
+    missing = [i for i in ids if i not in items]
+    if missing:
+        raise FairTableError(f"data: {path} lacks {len(missing)} of the runs' dev question ids (e.g. {missing[:3]}); "
+                             "name the dev file the runs used")
+    return [items[i] for i in ids]
+
+
+# -- the table -----------------------------------------------------------------------------------------
+
+
+def fair_table(config: FairConfig) -> list[FairRow]:
+    """One row per (label, stage), in the config's order, after every check (see the module docstring)."""
+    if not config.runs:
+        raise FairTableError("runs: no run folder named (label: folder, one per method)")
+    runs = [_read_run(label, Path(folder), "m0" in config.stages) for label, folder in config.runs.items()]
+    _check_same_questions(runs)
+    files = {(r.label, s): _eval_file(r, s) for r in runs for s in config.stages}
+    items = _items(config.data, runs[0].dev)
+    kinds = {it.id: question_kind(it) for it in items}
+    rows = []
+    for r in runs:
+        for s in config.stages:
+            path = files[r.label, s]
+            try:
+                scores = by_id(read_question_scores(path))
+            except ValueError as e:
+                raise FairTableError(f"runs.{r.label}: stage {s}: {e}") from None
+            if set(scores.ids) != set(r.dev):
+                have, dev = set(scores.ids), set(r.dev)
+                raise FairTableError(f"runs.{r.label}: stage {s}: {path} holds {len(have & dev)} of the run's {len(dev)} "
+                                     f"dev questions (questions.json) and {len(have - dev)} others")
+            trajs = read_trajectories(path)
+            rows.append(FairRow(
+                label=r.label, method=r.method, stage=s, path=path, scores=scores,
+                em=bootstrap_interval(scores.em, seed=config.seed), f1=bootstrap_interval(scores.f1, seed=config.seed),
+                by_kind=em_by_kind(scores.em, [kinds[i] for i in scores.ids], seed=config.seed),
+                mechanism=mechanism(r.strategy, trajs, items), seconds=run_seconds(r, s),
+                m0_is_base=s == "m0" and not r.m0_bootstrapped))
+    _pair_best(rows, config.reference, config.seed)
+    return rows
+
+
+def best_rows(rows: Sequence[FairRow]) -> dict[str, FairRow]:
+    """Each label's best row: highest EM, the earlier stage on a tie."""
+    out: dict[str, FairRow] = {}
+    for row in rows:
+        if row.label not in out or row.em.mean > out[row.label].em.mean:
+            out[row.label] = row
+    return out
+
+
+def _pair_best(rows: Sequence[FairRow], reference: str, seed: int) -> None:
+    best = best_rows(rows)
+    for row in best.values():
+        row.best = True
+    ref = best[reference]
+    for label, row in best.items():
+        if label != reference:
+            row.vs_reference = compare_scores(ref.scores, row.scores, seed=seed)
+
+
+# -- rendering ---------------------------------------------------------------------------------------
+
+
+def _iv(iv: Interval | None) -> dict[str, Any] | None:
+    return None if iv is None else dataclasses.asdict(iv)
+
+
+def _kind_cell(row: FairRow, kind: str) -> str:
+    iv = row.by_kind.get(kind)
+    return "-" if iv is None else f"{em_cell(iv.mean, _iv(iv))} (n={iv.n})"
+
+
+def _stage_cell(row: FairRow) -> str:
+    return row.stage + (" (= base)" if row.m0_is_base else "") + (" *" if row.best else "")
+
+
+def format_fair_table(rows: Sequence[FairRow], reference: str) -> str:
+    """The table as markdown (one row per label and stage; mechanism cells "name: numerator/denominator =
+    value"), then one line per label's best stage against the reference's best."""
+    width = max((len(r.mechanism) for r in rows), default=0) or 1
+    head = (["label", "stage", "n", "EM [95% CI]", "bridge EM", "comparison EM", "F1",
+             "mechanism: numerator/denominator = value"] + [""] * (width - 1)
+            + ["train s (bootstrap + iterations)", "eval s"])
+    body = []
+    for r in rows:
+        mech = [f"{k}: {v.cell()}" for k, v in r.mechanism.items()] or ["none"]
+        body.append([r.label, _stage_cell(r), str(r.em.n), em_cell(r.em.mean, _iv(r.em)), _kind_cell(r, "bridge"),
+                     _kind_cell(r, "comparison"), f"{r.f1.mean:.3f}", *mech, *[""] * (width - len(mech)),
+                     f"{r.build_seconds:.1f} ({r.seconds['bootstrap']:.1f} + {r.seconds['iterations']:.1f})",
+                     f"{r.seconds['eval']:.1f}"])
+    title = ("The fair table: every method self-trained the same way, on the same dev questions "
+             "(* = the label's best stage, highest EM; intervals: 95% bootstrap, none under 20 questions)")
+    out = [title, markdown_table(head, body), ""]
+    best = best_rows(rows)
+    ref = best[reference]
+    out.append(f"Best stage against {reference}'s best ({ref.stage}, EM {ref.em.mean:.3f}) on the same questions "
+               "(exact McNemar on EM; the best stages are picked on these questions, so p is optimistic):")
+    for label, row in best.items():
+        if row.vs_reference is None:
+            continue
+        em = row.vs_reference["em"]
+        ci = "" if em["low"] is None else f" [{em['low']:+.3f}, {em['high']:+.3f}]"
+        out.append(f"- {label} {row.stage}: EM {row.em.mean:.3f}, {em['diff']:+.3f}{ci} vs {reference}, "
+                   f"{p_text(em['p_value'])} (n={row.vs_reference['n']}; only {reference} right: "
+                   f"{row.vs_reference['only_a']}, only {label} right: {row.vs_reference['only_b']})")
+    return "\n".join(out)
+
+
+def fair_figures(rows: Sequence[FairRow], config: FairConfig) -> dict[str, Any]:
+    """The JSON of the table: every row's figures, and the paired tests of the best stages."""
+    out_rows = []
+    for r in rows:
+        out_rows.append({
+            "label": r.label, "method": r.method, "stage": r.stage, "eval": str(r.path), "m0_is_base": r.m0_is_base,
+            "n": r.em.n, "em": _iv(r.em), "f1": _iv(r.f1), "by_kind": {k: _iv(v) for k, v in r.by_kind.items()},
+            "mechanism": {k: v.to_dict() for k, v in r.mechanism.items()}, "seconds": r.seconds, "best": r.best})
+    paired = []
+    best = best_rows(rows)
+    for label, row in best.items():
+        if row.vs_reference is not None:
+            v = row.vs_reference
+            paired.append({"label": label, "stage": row.stage, "reference": config.reference,
+                           "reference_stage": best[config.reference].stage, "n": v["n"],
+                           "em_diff": round(v["em"]["diff"], 4), "em_low": v["em"]["low"], "em_high": v["em"]["high"],
+                           "p_value": v["em"]["p_value"], "test": v["em"]["test"], "f1_diff": round(v["f1"]["diff"], 4),
+                           "only_reference": v["only_a"], "only_label": v["only_b"]})
+    return {"reference": config.reference, "stages": list(config.stages), "data": config.data,
+            "runs": dict(config.runs), "rows": out_rows, "paired": paired}
