@@ -15,14 +15,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from knowtrace_train.config import ConfigError, read_yaml
+from knowtrace_train.config import ConfigError
 from knowtrace_train.metrics import bootstrap_interval, question_kind
 from knowtrace_train.pairing import by_id, pooled_paired_test, read_question_scores
 from knowtrace_train.report import model_eval_file, p_text, pyplot, save_figure, series
 
 #: config keys the runs of one arm may differ in: the seed, where and under which name they ran, how many
 #: threads and whether stages were taken from the reuse cache
-ARM_FREE_KEYS = frozenset({"seed", "seeds", "output_dir", "name", "threads", "reuse"})
+ARM_FREE_KEYS = frozenset({"seed", "seeds", "output_dir", "name", "threads", "reuse",
+                           # how a step's records are computed, not which: one pass of 4 or 4 accumulated passes
+                           # of 1, prompt prefixes shared or not, give the same gradients (tests/test_train.py)
+                           "train.per_device_batch_size", "train.share_prefixes",
+                           "bootstrap.train.per_device_batch_size", "bootstrap.train.share_prefixes"})
 
 
 @dataclass
@@ -48,9 +52,12 @@ def flat_config(run_dir: str | Path) -> dict[str, Any]:
             return out
         return {prefix[:-1]: d}
 
-    data = read_yaml(Path(run_dir) / "config.yaml")
-    data.pop("launch", None)
-    return walk(data)
+    import dataclasses
+
+    from knowtrace_train.selftrain.config import read_run_config
+
+    # through the config class, so a key a run's older code did not write reads as its default
+    return walk(dataclasses.asdict(read_run_config(Path(run_dir) / "config.yaml")))
 
 
 def started_run(run_dir: str | Path) -> dict[str, Any]:
@@ -67,7 +74,10 @@ def run_seed(summary: dict[str, Any]) -> int:
 
 def config_differences(a: dict[str, Any], b: dict[str, Any], free: frozenset[str]) -> list[str]:
     """`key (a vs b)` for every dotted key whose value differs, the `free` keys (and their sub-keys) aside."""
-    keys = sorted(k for k in set(a) | set(b) if k.split(".")[0] not in free and a.get(k) != b.get(k))
+    def is_free(k: str) -> bool:
+        return any(k == f or k.startswith(f + ".") for f in free)
+
+    keys = sorted(k for k in set(a) | set(b) if not is_free(k) and a.get(k) != b.get(k))
     return [f"{k} ({a.get(k)!r} vs {b.get(k)!r})" for k in keys]
 
 

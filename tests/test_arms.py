@@ -138,7 +138,7 @@ def test_compare_runs_prints_the_arms_and_refuses_mixed_configs_in_one_line(tmp_
     r = subprocess.run([sys.executable, str(REPO / "scripts" / "compare_runs.py"), *(s["run_dir"] for s in two_arms),
                         str(odd), "--out", str(out)], capture_output=True, text=True, cwd=REPO, timeout=300)
     assert r.returncode == 2 and "Traceback" not in r.stderr
-    assert r.stderr.startswith("config error: ") and "strategy.max_rounds (None vs 5)" in r.stderr
+    assert r.stderr.startswith("config error: ") and "strategy.max_rounds (3 vs 5)" in r.stderr  # read with its defaults
 
 
 def test_single_runs_of_one_mode_and_other_settings_are_compared_run_by_run(tmp_path):
@@ -159,3 +159,22 @@ def test_single_runs_of_one_mode_and_other_settings_are_compared_run_by_run(tmp_
     assert replicated([load_run(g1), load_run(g2), load_run(g1_seed1)])
     with pytest.raises(ConfigError, match=r"rollout.samples"):
         group_arms([load_run(g1), load_run(g2), load_run(g1_seed1)])
+
+
+def test_runs_of_older_code_are_read_with_the_defaults_and_batching_keys_are_free(tmp_path, two_arms):
+    """A config.yaml written before a section existed (rollout, grpo) reads as its defaults, and runs that differ
+    only in how a step's records are computed (per_device_batch_size, share_prefixes) are seeds of one arm."""
+
+    from knowtrace_train.arms import ARM_FREE_KEYS, config_differences, flat_config
+
+    a = two_arms[0]["run_dir"]
+    data = yaml.safe_load((Path(a) / "config.yaml").read_text())
+    data.pop("rollout", None)
+    data.setdefault("train", {})["per_device_batch_size"] = 1
+    data["train"]["share_prefixes"] = False
+    old = tmp_path / "old"
+    old.mkdir()
+    (old / "config.yaml").write_text(yaml.safe_dump(data))
+    assert flat_config(old)["rollout.samples"] == 1
+    assert config_differences(flat_config(a), flat_config(old), ARM_FREE_KEYS) == []
+    assert config_differences(flat_config(a), flat_config(old), frozenset({"seed"})) != []
