@@ -73,3 +73,25 @@ def test_an_iteration_through_vllm_matches_the_transformers_backend(runs):
     assert same >= AGREEMENT * generated, f"{same} of {generated} calls identical"
     m = metrics["vllm"]
     assert m["eval"]["questions"] == metrics["transformers"]["eval"]["questions"] == 8
+
+
+def test_grpo_steps_roll_out_through_vllm_with_the_last_steps_adapters(tmp_path, real_tokenizer):
+    """mode: grpo generating through vLLM: step 1 samples G trajectories per question from M0, step 2 from M0 with
+    step 1's adapters (vLLM serves each role's as a LoRA request), and step 2's policy steps continue them."""
+    from selftrain_helpers import coin_oracle_factory
+
+    model = vllm_sized_model(tmp_path / "model", real_tokenizer)
+    cfg = load_config(SelfTrainConfig, None, tiny_overrides(
+        tmp_path, model, iterations=2, eval_base=False, mode="grpo", fewshot_trained=True,
+        **{"bootstrap.mode": "never", "data.train_questions": 4, "data.dev_questions": 4, "rollout.samples": 2,
+           "rollout.temperature": 1.0, "grpo.batch_size": 8, "eval_every": 2, "generator.backend": "vllm",
+           "generator.dtype": "float32", "generator.max_lora_rank": 16, "generator.cpu_kvcache_gib": 1}))
+    run = SelfTrain(cfg, progress=False)
+    run.make_generator = coin_oracle_factory(run)
+    run.run()
+    m1, m2 = (json.loads((run.run_dir / f"iter_{z}/metrics.json").read_text()) for z in (1, 2))
+    trained = [r for r, t in m1["train"].items() if t.get("records", 0) > 0]
+    assert trained and m1["rationale"]["grpo"]["groups_trained"] >= 1
+    assert m2["rollout"]["model"] == "M1" and m2["rollout"]["trajectories"] == 8 and m2["eval"] is not None
+    assert all(t["grpo"]["from"] == "previous adapter" for r, t in m2["train"].items()
+               if t.get("records", 0) > 0 and r in trained)
