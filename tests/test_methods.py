@@ -205,7 +205,7 @@ def test_one_star_iteration_of_the_toy_method(direct, tmp_path, tiny_model_dir):
 def test_backtracing_is_refused_for_a_method_without_it(direct):
     cfg = load_config(SelfTrainConfig, None, ["--strategy.name", "direct", "--mode", "star"])
     assert cfg.mode == "star"
-    with pytest.raises(ConfigError, match=r"mode must be one of \['star', 'kto'\] for method 'direct'"):
+    with pytest.raises(ConfigError, match=r"mode must be one of \['star', 'kto', 'grpo'\] for method 'direct'"):
         load_config(SelfTrainConfig, None, ["--strategy.name", "direct"])
 
 
