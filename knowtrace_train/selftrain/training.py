@@ -57,24 +57,7 @@ class AdapterTraining:
             from knowtrace_train.train.lora import train_role
 
             res = train_role(base, rows, folder / subdir / adapter, dataclasses.replace(tc, seed=seed), role=adapter)
-        return {
-            **extra,
-            "records": res.records,
-            "empty_completions": empty,
-            "skipped_records": res.skipped_records,
-            "loss": res.train_loss,
-            "losses": list(res.losses),
-            "steps": res.steps,
-            "plateau_stop_step": res.plateau_stop_step,
-            "tokens": res.tokens,
-            "tokens_per_second": res.tokens_per_second,
-            "train_seconds": res.seconds,
-            "seed": seed,
-            # the batch as trained: per-device batch x accumulation x processes
-            "effective_batch_size": res.effective_batch_size,
-            "gradient_accumulation_steps": res.gradient_accumulation_steps,
-            "processes": res.processes,
-        }
+        return {**extra, **trained_info(res, seed), "empty_completions": empty}
 
     def _grpo_rows(self, folder: Path, z: int, stats: dict[str, Any]) -> tuple[dict[str, list[dict[str, Any]]], dict[str, Any]]:
         """mode: grpo's rows per record kind (every call with its trajectory's group-relative advantage, masked by
@@ -111,18 +94,24 @@ class AdapterTraining:
         rows = [{k: r[k] for k in ("prompt", "completion", "advantage", "reward")} for r in rows]
         res, figures = train_role_grpo(base, rows, folder / subdir / adapter, dataclasses.replace(tc, seed=seed),
                                        self.config.grpo, role=adapter, temperature=temperature, init_adapter=init_adapter)
-        return {
-            "grpo": figures,
-            "records": res.records,
-            "skipped_records": res.skipped_records,
-            "loss": res.train_loss,
-            "losses": list(res.losses),
-            "steps": res.steps,
-            "tokens": res.tokens,
-            "tokens_per_second": res.tokens_per_second,
-            "train_seconds": res.seconds,
-            "seed": seed,
-            "effective_batch_size": res.effective_batch_size,
-            "gradient_accumulation_steps": res.gradient_accumulation_steps,
-            "processes": res.processes,
-        }
+        return {"grpo": figures, **trained_info(res, seed)}
+
+
+def trained_info(res, seed: int) -> dict[str, Any]:
+    """An adapter's training figures for metrics.json (any trainer's TrainResult)."""
+    return {
+        "records": res.records,
+        "skipped_records": res.skipped_records,
+        "loss": res.train_loss,
+        "losses": list(res.losses),
+        "steps": res.steps,
+        "plateau_stop_step": res.plateau_stop_step,
+        "tokens": res.tokens,
+        "tokens_per_second": res.tokens_per_second,
+        "train_seconds": res.seconds,
+        "seed": seed,
+        # the batch as trained: per-device batch x accumulation x processes
+        "effective_batch_size": res.effective_batch_size,
+        "gradient_accumulation_steps": res.gradient_accumulation_steps,
+        "processes": res.processes,
+    }

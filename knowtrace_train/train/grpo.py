@@ -337,29 +337,21 @@ def train_role_grpo(
     import torch
     from datasets import Dataset
     from peft import PeftModel
-    from transformers import AutoTokenizer
 
     from knowtrace_train.train.lora import (
         _load_base,
-        _save_adapter,
-        check_qlora,
         lora_config,
+        save_trained_adapter,
         train_measured,
+        training_setup,
     )
-    from knowtrace_train.train.precision import resolve_precision, training_device
 
     if launched_processes() > 1:
         raise ValueError("mode: grpo trains in one process (its rows are not sharded among processes yet); "
                          "launch without torchrun / accelerate's num_processes")
     trained = as_trained(config, 1)
     base_model_path, output_dir = Path(base_model_path), Path(output_dir)
-    device = training_device()
-    if trained.qlora:
-        check_qlora(device)
-    precision, why = resolve_precision(trained.precision, device)
-    tokenizer = AutoTokenizer.from_pretrained(str(base_model_path))
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
+    device, precision, why, tokenizer = training_setup(base_model_path, trained)
     encoded, skipped = encode_rows(tokenizer, rows, role, trained.prompt_format, trained.max_length)
     if not encoded:
         raise ValueError(f"role {role}: no GRPO row can be trained on ({skipped} longer than max_length)")
@@ -403,11 +395,8 @@ def train_role_grpo(
         }
         logger.info("role %s: GRPO loss %.4f over %d steps in %.1f s, last KL %s", role, result.train_loss,
                     result.steps, result.seconds, figures["kl"])
-        if trainer.accelerator.is_main_process:
-            peft_model = trainer.accelerator.unwrap_model(trainer.model)
-            _save_adapter(peft_model, output_dir, role, base_model_path, as_run, precision, why, result,
-                          extra={"grpo": {**dataclasses.asdict(grpo), **figures}})
-        trainer.accelerator.wait_for_everyone()
+        save_trained_adapter(trainer, output_dir, role, base_model_path, as_run, precision, why, result,
+                             extra={"grpo": {**dataclasses.asdict(grpo), **figures}})
     del trainer, model
     if device == "cuda":
         torch.cuda.empty_cache()

@@ -33,15 +33,14 @@ from knowtrace_train.train.lora import (
     SFTRecordError,
     TrainResult,
     _load_base,
-    _save_adapter,
-    check_qlora,
     encode_record,
     load_records,
     lora_config,
     record_texts,
+    save_trained_adapter,
+    training_setup,
     train_measured,
 )
-from knowtrace_train.train.precision import resolve_precision, training_device
 from knowtrace_train.train.trainer import counting_trainer_class
 
 logger = logging.getLogger(__name__)
@@ -155,20 +154,12 @@ def train_role_kto(
     does); returns the result and the KTO figures (records per class, weights, the last logged KL and rewards)."""
     import torch
     from datasets import Dataset
-    from transformers import AutoTokenizer
 
     config = config or LoraTrainConfig()
     kto = kto or KTOSettings()
     trained = as_trained(dataclasses.replace(config, per_device_batch_size=kto.batch_size), launched_processes())
     base_model_path, output_dir = Path(base_model_path), Path(output_dir)
-    device = training_device()
-    if config.qlora:
-        check_qlora(device)
-    precision, why = resolve_precision(config.precision, device)
-
-    tokenizer = AutoTokenizer.from_pretrained(str(base_model_path))
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
+    device, precision, why, tokenizer = training_setup(base_model_path, config)
     tokenizer.padding_side = "left"
     rows, skipped = labelled_rows(tokenizer, records, role, config.prompt_format, config.max_length)
     rows, left_out = cap_undesirable(rows, kto.undesirable_per_desirable, config.seed)
@@ -206,11 +197,8 @@ def train_role_kto(
         logger.info("role %s: KTO loss %.4f over %d steps, %d tokens in %.1f s (%.1f tokens/s), last KL %s",
                     role, result.train_loss, result.steps, result.tokens, result.seconds, result.tokens_per_second,
                     figures["kl"])
-        if trainer.accelerator.is_main_process:
-            peft_model = trainer.accelerator.unwrap_model(trainer.model)
-            _save_adapter(peft_model, output_dir, role, base_model_path, trained, precision, why, result,
-                          extra={"kto": {**dataclasses.asdict(kto), **figures}})
-        trainer.accelerator.wait_for_everyone()
+        save_trained_adapter(trainer, output_dir, role, base_model_path, trained, precision, why, result,
+                             extra={"kto": {**dataclasses.asdict(kto), **figures}})
     del trainer, model
     if device == "cuda":
         torch.cuda.empty_cache()

@@ -367,22 +367,14 @@ def train_role(
     """
     import torch
     from datasets import Dataset
-    from transformers import AutoTokenizer
 
     config = config or LoraTrainConfig()
     # the batch and accumulation as trained (derived from effective_batch_size where set): recorded with the adapter
     config = as_trained(config, launched_processes())
     base_model_path = Path(base_model_path)
     output_dir = Path(output_dir)
-    device = training_device()
-    if config.qlora:
-        check_qlora(device)
-    precision, why = resolve_precision(config.precision, device)
+    device, precision, why, tokenizer = training_setup(base_model_path, config)
     logger.info("role %s: training in %s on %s (%s)", role, precision, device, why)
-
-    tokenizer = AutoTokenizer.from_pretrained(str(base_model_path))
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
     checked = load_records(records, role)
     rows, skipped = tokenize_records(tokenizer, checked, config.prompt_format, config.max_length)
     dataset = Dataset.from_list(rows)
@@ -410,10 +402,7 @@ def train_role(
             role, result.train_loss, result.steps, result.tokens, result.seconds, result.tokens_per_second,
             result.computed_tokens,
         )
-        if trainer.accelerator.is_main_process:
-            peft_model = trainer.accelerator.unwrap_model(trainer.model)
-            _save_adapter(peft_model, output_dir, role, base_model_path, config, precision, why, result)
-        trainer.accelerator.wait_for_everyone()
+        save_trained_adapter(trainer, output_dir, role, base_model_path, config, precision, why, result)
     del trainer, model
     if device == "cuda":
         torch.cuda.empty_cache()
@@ -456,6 +445,31 @@ def train_measured(trainer, config: LoraTrainConfig, output_dir: Path, *, record
         plateau_stop_step=None if plateau is None else plateau.stopped_at,
         computed_tokens=computed,
     )
+
+
+def training_setup(base_model_path: Path, config: LoraTrainConfig):
+    """Every trainer's start (SFT's, KTO's, GRPO's): (device, precision, why that precision, the base's tokenizer
+    with a pad token); QLoRA off a CUDA device is refused here."""
+    from transformers import AutoTokenizer
+
+    device = training_device()
+    if config.qlora:
+        check_qlora(device)
+    precision, why = resolve_precision(config.precision, device)
+    tokenizer = AutoTokenizer.from_pretrained(str(base_model_path))
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return device, precision, why, tokenizer
+
+
+def save_trained_adapter(trainer, output_dir: Path, role, base_model_path, config, precision, why, result,
+                         extra: Mapping[str, Any] | None = None) -> None:
+    """Every trainer's end (SFT's, KTO's, GRPO's): the main process saves the trained adapter and its training
+    record; the others wait for it."""
+    if trainer.accelerator.is_main_process:
+        _save_adapter(trainer.accelerator.unwrap_model(trainer.model), output_dir, role, base_model_path, config,
+                      precision, why, result, extra=extra)
+    trainer.accelerator.wait_for_everyone()
 
 
 def _save_adapter(peft_model, output_dir: Path, role, base_model_path, config, precision, why, result,
