@@ -81,14 +81,28 @@ def config_differences(a: dict[str, Any], b: dict[str, Any], free: frozenset[str
     return [f"{k} ({a.get(k)!r} vs {b.get(k)!r})" for k in keys]
 
 
+def evaluated_models(summary: dict[str, Any]) -> list[int]:
+    """The models a run plans to evaluate: M0 and every iteration, or with `eval_every` k every k-th iteration
+    and the last (GRPO's many cheap steps)."""
+    planned = int(summary.get("iterations_planned") or 0)
+    every = int(flat_config(summary["run_dir"]).get("eval_every") or 1)
+    return [0] + [z for z in range(1, planned + 1) if z % every == 0 or z == planned]
+
+
 def finished(summary: dict[str, Any]) -> str | None:
-    """None where the run evaluated M0 and every iteration it planned; else why not."""
+    """None where the run evaluated every model it planned to (`evaluated_models`); else why not."""
     em_x = series(summary)[0]
     planned = int(summary.get("iterations_planned") or 0)
-    missing = [z for z in range(planned + 1) if z not in em_x]
+    missing = [z for z in evaluated_models(summary) if z not in em_x]
     if missing:
         return f"no dev evaluation of model(s) {missing} (planned iterations 1..{planned})"
     return None
+
+
+def common_models(runs: Sequence[dict[str, Any]]) -> list[int]:
+    """The models every one of `runs` evaluated (in order)."""
+    sets = [set(evaluated_models(s)) for s in runs]
+    return sorted(set.intersection(*sets)) if sets else []
 
 
 def replicated(summaries: Sequence[dict[str, Any]]) -> bool:
@@ -175,9 +189,8 @@ def compare_arms(arms: Sequence[Arm], *, kind: str | None = None, seed: int = 0)
     for arm in arms:
         rows = []
         if arm.runs:
-            planned = max(int(s.get("iterations_planned") or 0) for s in arm.runs)
             m0_em: list[list[float]] = []
-            for z in range(planned + 1):
+            for z in common_models(arm.runs):
                 ids, em = _em_table(arm.runs, z, keep)
                 if z == 0:
                     m0_em = em
@@ -200,8 +213,7 @@ def compare_arms(arms: Sequence[Arm], *, kind: str | None = None, seed: int = 0)
         if not common:
             out["between"].append({"a": ref.mode, "b": other.mode, "refused": "no seed finished in both arms"})
             continue
-        planned = min(max(int(s.get("iterations_planned") or 0) for s in runs) for runs in (a_runs, b_runs))
-        for z in range(planned + 1):
+        for z in common_models([*a_runs, *b_runs]):
             ids_a, em_a = _em_table(a_runs, z, keep)
             ids_b, em_b = _em_table(b_runs, z, keep)
             if ids_a != ids_b:

@@ -178,3 +178,24 @@ def test_runs_of_older_code_are_read_with_the_defaults_and_batching_keys_are_fre
     assert flat_config(old)["rollout.samples"] == 1
     assert config_differences(flat_config(a), flat_config(old), ARM_FREE_KEYS) == []
     assert config_differences(flat_config(a), flat_config(old), frozenset({"seed"})) != []
+
+
+def test_runs_that_evaluate_every_kth_iteration_are_finished_and_compared_on_those_models(tmp_path):
+    """eval_every 2 over 3 iterations evaluates M0, M2 and M3: such runs are finished, and the arms compare those
+    models only (a run that skipped M2 is incomplete)."""
+    from knowtrace_train.arms import evaluated_models, finished
+
+    runs = []
+    for seed in (0, 1):
+        d = run_folder(tmp_path, f"g_{seed}", "backtrace", seed, {0: ems(range(6)), 2: ems(range(8)), 3: ems(range(9))},
+                       planned=3)
+        cfg = yaml.safe_load((d / "config.yaml").read_text())
+        cfg["eval_every"] = 2
+        (d / "config.yaml").write_text(yaml.safe_dump(cfg))
+        runs.append(json.loads((d / "summary.json").read_text()))
+    assert evaluated_models(runs[0]) == [0, 2, 3] and finished(runs[0]) is None
+    result = compare_arms(group_arms(runs))
+    models = result["arms"][0]["models"]
+    assert [m["iteration"] for m in models] == [0, 2, 3] and models[1]["em_mean"] == pytest.approx(8 / len(IDS))
+    short = dict(runs[0], iterations=[r for r in runs[0]["iterations"] if r["iteration"] != 2])
+    assert "no dev evaluation of model(s) [2]" in finished(short)
