@@ -301,6 +301,12 @@ class SelfTrainConfig:
             f"{self.strategy.name!r} has none (methods with gold trajectories: {', '.join(have)}); set "
             f"bootstrap.mode: never to self-train {self.strategy.name!r} from the raw base")
 
+    @property
+    def rollout_temperature(self) -> float:
+        """The temperature the rollouts sample at: `rollout.temperature`, else the strategy's (0: greedy)."""
+        r = self.rollout.temperature
+        return float(r) if r is not None else float(getattr(self.strategy, "temperature", 0.0))
+
     def _check_rollout(self) -> None:
         """rollout.temperature needs a method that samples; G > 1 samples need a temperature above 0 (greedy
         decoding would give G identical trajectories)."""
@@ -308,7 +314,7 @@ class SelfTrainConfig:
         sampled = hasattr(self.strategy, "temperature")
         if r.temperature is not None and not sampled:
             raise ValueError(f"rollout.temperature: method {self.strategy.name!r} decodes greedily and has no temperature")
-        temperature = r.temperature if r.temperature is not None else getattr(self.strategy, "temperature", 0.0)
+        temperature = self.rollout_temperature
         if r.samples > 1 and not temperature > 0:
             raise ValueError(
                 f"rollout.samples is {r.samples} but the rollouts decode greedily (temperature {temperature}): the "

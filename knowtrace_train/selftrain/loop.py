@@ -418,15 +418,16 @@ class SelfTrain(Bootstrap, Reuse, AdapterTraining):
         info: dict[str, Any] = {}
         if self.procs.is_main:
             name, trainer = self.learning_mode
+            trajs = read_trajectories(folder / "rollouts.jsonl")
             res = self.method.rationalizers()[name](
-                read_trajectories(folder / "rollouts.jsonl"), self.items_by_id, strategy=cfg.strategy,
+                trajs, self.items_by_id, strategy=cfg.strategy,
                 count_tokens=self.count_tokens, fewshot=cfg.fewshot_trained, iteration=z,
                 passages={p.id: p for p in self.corpus},
                 **({"undesirable": cfg.kto.undesirable} if trainer == "kto" else {}),
             )
             records, st = res.records_by_role, res.stats
             if trainer == "grpo":
-                records, st = self._grpo_rows(folder, z, st)
+                records, st = self._grpo_rows(trajs, z, st)
             self._write_records(folder, records)
             write_json(folder / "rationale.json", st)
             info = {k: st.get(k) for k in ("mode", "trajectories", "correct", "backtraced", "skipped", "fa_ratio",

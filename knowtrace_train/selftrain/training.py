@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from knowtrace_train.data.schema import QAItem
-from knowtrace_train.trajectory import read_trajectories
+from knowtrace_train.trajectory import Trajectory
 
 log = logging.getLogger(__name__)
 
@@ -59,14 +59,14 @@ class AdapterTraining:
             res = train_role(base, rows, folder / subdir / adapter, dataclasses.replace(tc, seed=seed), role=adapter)
         return {**extra, **trained_info(res, seed), "empty_completions": empty}
 
-    def _grpo_rows(self, folder: Path, z: int, stats: dict[str, Any]) -> tuple[dict[str, list[dict[str, Any]]], dict[str, Any]]:
+    def _grpo_rows(self, trajs: list[Trajectory], z: int, stats: dict[str, Any]
+                   ) -> tuple[dict[str, list[dict[str, Any]]], dict[str, Any]]:
         """mode: grpo's rows per record kind (every call with its trajectory's group-relative advantage, masked by
         the method's credit rule under `credit: backtrace`) and the rationalizer's statistics with the GRPO ones
         (rewards, groups, masked calls) under "grpo"."""
         from knowtrace_train.train.grpo import grpo_records
 
         cfg = self.config
-        trajs = read_trajectories(folder / "rollouts.jsonl")
         credited = (self.method.credited_calls(trajs, strategy=cfg.strategy, count_tokens=self.count_tokens)
                     if cfg.grpo.credit == "backtrace" else None)
         rows, gstats = grpo_records(trajs, cfg.grpo, kinds=self.record_kinds(), credited=credited, iteration=z)
@@ -87,13 +87,11 @@ class AdapterTraining:
             log.warning("%s: no GRPO row for the %s adapter (every advantage 0); the role keeps %s", folder.name, adapter,
                         init_adapter or "M0")
             return {"records": 0}
-        temperature = self.config.rollout.temperature
-        if temperature is None:
-            temperature = getattr(self.config.strategy, "temperature", 1.0) or 1.0
         # a kind may train another role's adapter (KnowTrace's forced answer trains exploration's)
         rows = [{k: r[k] for k in ("prompt", "completion", "advantage", "reward")} for r in rows]
         res, figures = train_role_grpo(base, rows, folder / subdir / adapter, dataclasses.replace(tc, seed=seed),
-                                       self.config.grpo, role=adapter, temperature=temperature, init_adapter=init_adapter)
+                                       self.config.grpo, role=adapter, temperature=self.config.rollout_temperature,
+                                       init_adapter=init_adapter)
         return {"grpo": figures, **trained_info(res, seed)}
 
 

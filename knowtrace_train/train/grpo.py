@@ -54,14 +54,17 @@ def parsed_calls(traj: Trajectory) -> int:
     return sum(1 for c in traj.calls if c.error is None)
 
 
+def answer_reward(traj: Trajectory, grpo: GRPOSettings) -> float:
+    """The answer part of the reward: the trajectory's F1 or EM (`grpo.reward`); unscored counts 0."""
+    return float((traj.f1 if grpo.reward == "f1" else traj.em) or 0.0)
+
+
 def trajectory_reward(traj: Trajectory, grpo: GRPOSettings) -> float:
-    """Answer score (`grpo.reward`: the trajectory's F1 or EM; unscored counts 0) plus the format term
-    format_weight x (2 x parsed / calls - 1): +weight when every call parsed, -weight when none did or there was
-    no call at all."""
-    answer = (traj.f1 if grpo.reward == "f1" else traj.em) or 0.0
+    """`answer_reward` plus the format term format_weight x (2 x parsed / calls - 1): +weight when every call
+    parsed, -weight when none did or there was no call at all."""
     n = len(traj.calls)
     fmt = (2.0 * parsed_calls(traj) / n - 1.0) if n else -1.0
-    return float(answer) + grpo.format_weight * fmt
+    return answer_reward(traj, grpo) + grpo.format_weight * fmt
 
 
 def group_advantages(rewards: Sequence[float], scale_rewards: str = "group") -> list[float] | None:
@@ -106,7 +109,7 @@ def grpo_records(
     for qid, trajs in groups.items():
         rewards = [trajectory_reward(t, grpo) for t in trajs]
         rewards_all += rewards
-        answers += [float((t.f1 if grpo.reward == "f1" else t.em) or 0.0) for t in trajs]
+        answers += [answer_reward(t, grpo) for t in trajs]
         advantages = group_advantages(rewards, grpo.scale_rewards)
         if advantages is None:
             skipped_groups.append(qid)
