@@ -107,6 +107,8 @@ class FairRow:
     best: bool = False
     #: on the label's best stage (not the reference's): `compare_scores(reference best, this)`
     vs_reference: dict[str, Any] | None = None
+    #: on every stage but the label's first: `compare_scores(the stage before it, this)` (did it learn)
+    vs_previous: dict[str, Any] | None = None
 
     @property
     def build_seconds(self) -> float:
@@ -257,7 +259,15 @@ def fair_table(config: FairConfig) -> list[FairRow]:
                 mechanism=mechanism(r.strategy, trajs, items), seconds=run_seconds(r, s),
                 m0_is_base=s == "m0" and not r.m0_bootstrapped))
     _pair_best(rows, config.reference, config.seed)
+    _pair_steps(rows, config.seed)
     return rows
+
+
+def _pair_steps(rows: Sequence[FairRow], seed: int) -> None:
+    """Each row against the same label's row before it (base -> m0 -> iter_z): what that stage's training bought."""
+    for before, row in zip(rows, rows[1:]):
+        if before.label == row.label:
+            row.vs_previous = compare_scores(before.scores, row.scores, seed=seed)
 
 
 def best_rows(rows: Sequence[FairRow]) -> dict[str, FairRow]:
@@ -324,7 +334,17 @@ def format_fair_table(rows: Sequence[FairRow], reference: str) -> str:
         out.append(f"- {label} {row.stage}: EM {row.em.mean:.3f}, {em['diff']:+.3f}{ci} vs {reference}, "
                    f"{p_text(em['p_value'])} (n={row.vs_reference['n']}; only {reference} right: "
                    f"{row.vs_reference['only_a']}, only {label} right: {row.vs_reference['only_b']})")
+    out += ["", "Each stage against the label's stage before it (exact McNemar on EM; what that stage's training bought):"]
+    for before, row in zip(rows, rows[1:]):
+        if row.vs_previous is not None:
+            out.append(f"- {row.label} {row.stage} vs {before.stage}: {_paired_text(row.vs_previous)}")
     return "\n".join(out)
+
+
+def _paired_text(v: dict[str, Any]) -> str:
+    em = v["em"]
+    ci = "" if em["low"] is None else f" [{em['low']:+.3f}, {em['high']:+.3f}]"
+    return f"{em['diff']:+.3f}{ci}, {p_text(em['p_value'])} (n={v['n']}; only the earlier right: {v['only_a']}, only the later right: {v['only_b']})"
 
 
 def fair_figures(rows: Sequence[FairRow], config: FairConfig) -> dict[str, Any]:
@@ -345,5 +365,10 @@ def fair_figures(rows: Sequence[FairRow], config: FairConfig) -> dict[str, Any]:
                            "em_diff": round(v["em"]["diff"], 4), "em_low": v["em"]["low"], "em_high": v["em"]["high"],
                            "p_value": v["em"]["p_value"], "test": v["em"]["test"], "f1_diff": round(v["f1"]["diff"], 4),
                            "only_reference": v["only_a"], "only_label": v["only_b"]})
+    steps = [{"label": b.label, "stage": r.stage, "previous": b.stage, "n": r.vs_previous["n"],
+              "em_diff": round(r.vs_previous["em"]["diff"], 4), "em_low": r.vs_previous["em"]["low"],
+              "em_high": r.vs_previous["em"]["high"], "p_value": r.vs_previous["em"]["p_value"],
+              "only_previous": r.vs_previous["only_a"], "only_stage": r.vs_previous["only_b"]}
+             for b, r in zip(rows, rows[1:]) if r.vs_previous is not None]
     return {"reference": config.reference, "stages": list(config.stages), "data": config.data,
-            "runs": dict(config.runs), "rows": out_rows, "paired": paired}
+            "runs": dict(config.runs), "rows": out_rows, "paired": paired, "steps": steps}

@@ -85,6 +85,17 @@ def test_the_fair_table_of_two_runs(runs):
     assert "p=" in text or "p<0.01" in text
     figs = json.loads(json.dumps(fair_figures(rows, config)))
     assert len(figs["rows"]) == 6 and [p["label"] for p in figs["paired"]] == ["self_ask"]
+    # each stage against the label's stage before it: base -> m0 -> iter_1, never across labels
+    assert [(r.label, r.stage) for r in rows if r.vs_previous is None] == [("knowtrace", "base"), ("self_ask", "base")]
+    for before, r in zip(rows, rows[1:]):
+        if r.vs_previous is not None:
+            assert r.vs_previous["n"] == DEV_QUESTIONS
+            assert r.vs_previous["em"]["diff"] == pytest.approx(r.em.mean - before.em.mean)
+            only_b = sum(a == 0 and b == 1 for a, b in zip(before.scores.em, r.scores.em))
+            assert r.vs_previous["only_b"] == only_b
+    assert text.count("- knowtrace m0 vs base: ") == 1 and text.count("- self_ask iter_1 vs m0: ") == 1
+    assert [(s["label"], s["previous"], s["stage"]) for s in figs["steps"]] == [
+        (m, a, b) for m in ("knowtrace", "self_ask") for a, b in zip(STAGES, STAGES[1:])]
 
 
 def _script():
