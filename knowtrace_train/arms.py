@@ -84,9 +84,11 @@ def config_differences(a: dict[str, Any], b: dict[str, Any], free: frozenset[str
 def evaluated_models(summary: dict[str, Any]) -> list[int]:
     """The models a run plans to evaluate: M0 and every iteration, or with `eval_every` k every k-th iteration
     and the last (GRPO's many cheap steps)."""
+    from knowtrace_train.selftrain.config import evaluates
+
     planned = int(summary.get("iterations_planned") or 0)
     every = int(flat_config(summary["run_dir"]).get("eval_every") or 1)
-    return [0] + [z for z in range(1, planned + 1) if z % every == 0 or z == planned]
+    return [z for z in range(planned + 1) if evaluates(z, planned, every)]
 
 
 def finished(summary: dict[str, Any]) -> str | None:

@@ -156,6 +156,12 @@ def _strategy() -> KnowTraceConfig:
     )
 
 
+def evaluates(z: int, iterations: int, eval_every: int) -> bool:
+    """Whether a run of `iterations` evaluates model z on the dev questions: M0, every `eval_every`-th iteration
+    and the last."""
+    return z % eval_every == 0 or z == iterations
+
+
 @dataclass
 class SelfTrainConfig:
     """Algorithm 2 (backtracing-guided self-training) with a bootstrap stage, on one dataset."""

@@ -51,7 +51,7 @@ from knowtrace_train.methods import Method, StrategyConfig, get_method
 from knowtrace_train.pairing import compare_evals
 from knowtrace_train.metrics import question_kind
 from knowtrace_train.selftrain.bootstrap import Bootstrap
-from knowtrace_train.selftrain.config import SelfTrainConfig, learning_mode
+from knowtrace_train.selftrain.config import SelfTrainConfig, evaluates, learning_mode
 from knowtrace_train.selftrain.folder import check_same_config, run_config_text
 from knowtrace_train.selftrain.training import AdapterTraining
 from knowtrace_train.selftrain.models import (
@@ -382,7 +382,7 @@ class SelfTrain(Bootstrap, Reuse, AdapterTraining):
         else:
             state = ModelState(name=f"M{z}", model=m0.model, adapters=adapters,
                                trained=m0.trained | frozenset(adapters))
-        evaluated = not stop and (z % cfg.eval_every == 0 or z == cfg.iterations)
+        evaluated = not stop and evaluates(z, cfg.iterations, cfg.eval_every)
         ev = self._eval(folder, state, seed, z) if evaluated else None
         vs_m0 = vs_prev = None
         if ev is not None:
