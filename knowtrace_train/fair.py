@@ -109,6 +109,8 @@ class FairRow:
     vs_reference: dict[str, Any] | None = None
     #: on every stage but the label's first: `compare_scores(the stage before it, this)` (did it learn)
     vs_previous: dict[str, Any] | None = None
+    #: the stage `vs_previous` pairs this one with
+    previous: str | None = None
 
     @property
     def build_seconds(self) -> float:
@@ -268,6 +270,7 @@ def _pair_steps(rows: Sequence[FairRow], seed: int) -> None:
     for before, row in zip(rows, rows[1:]):
         if before.label == row.label:
             row.vs_previous = compare_scores(before.scores, row.scores, seed=seed)
+            row.previous = before.stage
 
 
 def best_rows(rows: Sequence[FairRow]) -> dict[str, FairRow]:
@@ -329,22 +332,28 @@ def format_fair_table(rows: Sequence[FairRow], reference: str) -> str:
     for label, row in best.items():
         if row.vs_reference is None:
             continue
-        em = row.vs_reference["em"]
-        ci = "" if em["low"] is None else f" [{em['low']:+.3f}, {em['high']:+.3f}]"
-        out.append(f"- {label} {row.stage}: EM {row.em.mean:.3f}, {em['diff']:+.3f}{ci} vs {reference}, "
-                   f"{p_text(em['p_value'])} (n={row.vs_reference['n']}; only {reference} right: "
-                   f"{row.vs_reference['only_a']}, only {label} right: {row.vs_reference['only_b']})")
+        v = row.vs_reference
+        out.append(f"- {label} {row.stage}: EM {row.em.mean:.3f}, {_em_diff_text(v)} vs {reference}, "
+                   f"{p_text(v['em']['p_value'])} (n={v['n']}; only {reference} right: "
+                   f"{v['only_a']}, only {label} right: {v['only_b']})")
     out += ["", "Each stage against the label's stage before it (exact McNemar on EM; what that stage's training bought):"]
-    for before, row in zip(rows, rows[1:]):
-        if row.vs_previous is not None:
-            out.append(f"- {row.label} {row.stage} vs {before.stage}: {_paired_text(row.vs_previous)}")
+    for row in rows:
+        if (v := row.vs_previous) is not None:
+            out.append(f"- {row.label} {row.stage} vs {row.previous}: {_em_diff_text(v)}, {p_text(v['em']['p_value'])} "
+                       f"(n={v['n']}; only the earlier right: {v['only_a']}, only the later right: {v['only_b']})")
     return "\n".join(out)
 
 
-def _paired_text(v: dict[str, Any]) -> str:
+def _em_diff_text(v: dict[str, Any]) -> str:
+    """A `compare_scores` result's EM difference with its paired interval: "+0.090 [+0.040, +0.150]"."""
     em = v["em"]
-    ci = "" if em["low"] is None else f" [{em['low']:+.3f}, {em['high']:+.3f}]"
-    return f"{em['diff']:+.3f}{ci}, {p_text(em['p_value'])} (n={v['n']}; only the earlier right: {v['only_a']}, only the later right: {v['only_b']})"
+    return f"{em['diff']:+.3f}" + ("" if em["low"] is None else f" [{em['low']:+.3f}, {em['high']:+.3f}]")
+
+
+def _em_diff_figures(v: dict[str, Any]) -> dict[str, Any]:
+    """A `compare_scores` result's EM figures for the JSON."""
+    return {"n": v["n"], "em_diff": round(v["em"]["diff"], 4), "em_low": v["em"]["low"], "em_high": v["em"]["high"],
+            "p_value": v["em"]["p_value"]}
 
 
 def fair_figures(rows: Sequence[FairRow], config: FairConfig) -> dict[str, Any]:
@@ -361,14 +370,11 @@ def fair_figures(rows: Sequence[FairRow], config: FairConfig) -> dict[str, Any]:
         if row.vs_reference is not None:
             v = row.vs_reference
             paired.append({"label": label, "stage": row.stage, "reference": config.reference,
-                           "reference_stage": best[config.reference].stage, "n": v["n"],
-                           "em_diff": round(v["em"]["diff"], 4), "em_low": v["em"]["low"], "em_high": v["em"]["high"],
-                           "p_value": v["em"]["p_value"], "test": v["em"]["test"], "f1_diff": round(v["f1"]["diff"], 4),
+                           "reference_stage": best[config.reference].stage, **_em_diff_figures(v),
+                           "test": v["em"]["test"], "f1_diff": round(v["f1"]["diff"], 4),
                            "only_reference": v["only_a"], "only_label": v["only_b"]})
-    steps = [{"label": b.label, "stage": r.stage, "previous": b.stage, "n": r.vs_previous["n"],
-              "em_diff": round(r.vs_previous["em"]["diff"], 4), "em_low": r.vs_previous["em"]["low"],
-              "em_high": r.vs_previous["em"]["high"], "p_value": r.vs_previous["em"]["p_value"],
+    steps = [{"label": r.label, "stage": r.stage, "previous": r.previous, **_em_diff_figures(r.vs_previous),
               "only_previous": r.vs_previous["only_a"], "only_stage": r.vs_previous["only_b"]}
-             for b, r in zip(rows, rows[1:]) if r.vs_previous is not None]
+             for r in rows if r.vs_previous is not None]
     return {"reference": config.reference, "stages": list(config.stages), "data": config.data,
             "runs": dict(config.runs), "rows": out_rows, "paired": paired, "steps": steps}
