@@ -16,6 +16,8 @@ Phases, each in its own process so peak memory is its own:
               texts are cut at the stop string afterwards and it decodes past it). It takes no adapter per
               request: with --adapters each role's requests are one generate_batch call with that role's
               PEFT adapter active (a fresh manager per call, so no KV block is shared across adapters).
+The transformers phases also print their forward passes split into prefill and decode steps (calls, seconds,
+positions, ms per decode step and the rows it decoded on average): where a phase's time goes.
 Reports output tokens per second (wall clock, and per CPU second of the phase's own process, steadier
 on a shared machine), peak RSS, and the fraction of prompts whose text equals the
 reference's. The last line is JSON: reference_tok_s, batched_tok_s, ratio, identical (+ vllm_tok_s,
@@ -176,6 +178,36 @@ def phase_hf_batched(args, prompts):
     return {"texts": texts, "output_tokens": total, "seconds": seconds, "cpu_s": cpu}
 
 
+def time_forward_passes(gen) -> dict | None:
+    """Time the transformers backend's forward passes from now on, split into prefill (several positions per
+    row) and decode steps (one position per row): calls, seconds, positions; None for other backends."""
+    if not hasattr(gen, "_forward"):
+        return None
+    split = {k: {"calls": 0, "seconds": 0.0, "positions": 0} for k in ("prefill", "decode")}
+    forward = gen._forward
+
+    def timed(ids, *rest):
+        t = time.perf_counter()
+        out = forward(ids, *rest)
+        s = split["decode" if ids.shape[1] == 1 else "prefill"]
+        s["calls"] += 1
+        s["seconds"] += time.perf_counter() - t
+        s["positions"] += ids.numel()  # pads included: what the pass computed
+        return out
+
+    gen._forward = timed
+    return split
+
+
+def describe_forward(name: str, split: dict) -> str:
+    pre, dec = split["prefill"], split["decode"]
+    rows = dec["positions"] / max(dec["calls"], 1)
+    return (f"{name} forward passes: prefill {pre['calls']} calls, {pre['seconds']:.1f} s for {pre['positions']} positions "
+            f"({1000 * pre['seconds'] / max(pre['positions'], 1):.2f} ms each); decode {dec['calls']} steps, "
+            f"{dec['seconds']:.1f} s ({1000 * dec['seconds'] / max(dec['calls'], 1):.0f} ms per step at {rows:.1f} rows on "
+            f"average, {1000 * dec['seconds'] / max(dec['positions'], 1):.2f} ms per row)")
+
+
 def _run_generator(args, prompts, **overrides):
     from knowtrace_train.generation import GenerationRequest, GeneratorConfig, build_generator
 
@@ -185,6 +217,7 @@ def _run_generator(args, prompts, **overrides):
     gen = build_generator(cfg)
     start = time.perf_counter() - t0
     gen.generate([GenerationRequest(prompt="Say hello.", role=ROLES[0], max_new_tokens=4)])  # warm-up, no shared prefix
+    split = time_forward_passes(gen)
     reqs = [
         GenerationRequest(prompt=p, role=r, max_new_tokens=args.max_new_tokens, stop=stops(args))
         for p, r in zip(prompts, roles(args, len(prompts)))
@@ -203,6 +236,8 @@ def _run_generator(args, prompts, **overrides):
     }
     if hasattr(gen, "stats"):
         result["stats"] = dict(gen.stats)
+    if split is not None:
+        result["forward"] = split
     result["merged"] = getattr(gen, "merged", None)
     if hasattr(gen, "close"):
         gen.close()
@@ -400,6 +435,8 @@ def main() -> None:
     for name in ("batched", "bf16", "vllm"):
         if name in results and "stats" in results[name]:
             print(f"{name} stats: {results[name]['stats']}")
+        if name in results and "forward" in results[name]:
+            print(describe_forward(name, results[name]["forward"]))
         if name in results and "start_s" in results[name]:
             print(f"{name} start: {results[name]['start_s']:.1f} s, finish reasons {results[name]['finish_reasons']}")
     if cb is not None and ours is not None:
@@ -419,6 +456,9 @@ def main() -> None:
         summary["reference_tok_s"] = round(ref["tok_s"], 2)
     if "batched" in results:
         summary["batched_tok_s"] = round(results["batched"]["tok_s"], 2)
+        if "forward" in results["batched"]:
+            summary["batched_prefill_s"] = round(results["batched"]["forward"]["prefill"]["seconds"], 2)
+            summary["batched_decode_s"] = round(results["batched"]["forward"]["decode"]["seconds"], 2)
         if ref is not None:
             summary["ratio"] = round(results["batched"]["tok_s"] / ref["tok_s"], 2)
             summary["identical"] = round(results["batched"]["identical"], 3)
