@@ -405,3 +405,33 @@ def test_smollm2_batched_with_shared_prefix_equals_model_generate(smollm2_dir):
         expected = ref_text.split(stop[0])[0]
         assert c.text == expected
         assert c.prompt_tokens == enc.input_ids.shape[1]
+
+
+def test_the_benchmark_splits_forward_passes_into_prefill_and_decode_steps(tiny_model_dir):
+    """scripts/bench_generation.py's split: every forward pass counted once, as prefill (several positions per
+    row) or a decode step (one per row), with the rows it computed."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    scripts = Path(__file__).resolve().parents[1] / "scripts"
+    sys.path.insert(0, str(scripts))
+    try:
+        spec = importlib.util.spec_from_file_location("bench_generation_script", scripts / "bench_generation.py")
+        bench = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(bench)
+    finally:
+        sys.path.remove(str(scripts))
+    g = build_generator(GeneratorConfig(model=str(tiny_model_dir), progress=False, batch_size=2))
+    split = bench.time_forward_passes(g)
+    out = g.generate([GenerationRequest(prompt=f"Question {i}: what is {i} plus {i}?", max_new_tokens=n)
+                      for i, n in enumerate((3, 6, 5))])
+    prefilled = g.stats["prompt_tokens_prefilled"]  # suffixes after any shared prefix, pads not counted
+    g.close()
+    pre, dec = split["prefill"], split["decode"]
+    # every sequence's first token comes from its prefill; each later token from one decode step's row
+    assert dec["positions"] == sum(c.output_tokens - 1 for c in out)
+    assert 1 <= pre["calls"] <= 3 and prefilled <= pre["positions"] < prefilled + 3 * 8
+    assert dec["calls"] >= max(c.output_tokens for c in out) - 1 and pre["seconds"] > 0 and dec["seconds"] > 0
+    assert "decode" in bench.describe_forward("batched", split)
+    assert bench.time_forward_passes(object()) is None
