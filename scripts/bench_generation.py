@@ -432,11 +432,12 @@ def main() -> None:
         half["agree"] = sum(a == b for a, b in zip(half["texts"], ours["texts"]))
         print(f"bf16 vs batched (fp32): {half['tok_s']:.1f} vs {ours['tok_s']:.1f} tok/s, {half['tok_s'] / ours['tok_s']:.2f}x; "
               f"outputs equal on {half['agree']} of {len(ours['texts'])} prompts")
+    for name, r in results.items():
+        if "forward" in r:
+            print(describe_forward(name, r["forward"]))
     for name in ("batched", "bf16", "vllm"):
         if name in results and "stats" in results[name]:
             print(f"{name} stats: {results[name]['stats']}")
-        if name in results and "forward" in results[name]:
-            print(describe_forward(name, results[name]["forward"]))
         if name in results and "start_s" in results[name]:
             print(f"{name} start: {results[name]['start_s']:.1f} s, finish reasons {results[name]['finish_reasons']}")
     if cb is not None and ours is not None:
