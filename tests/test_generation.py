@@ -411,17 +411,13 @@ def test_the_benchmark_splits_forward_passes_into_prefill_and_decode_steps(tiny_
     """scripts/bench_generation.py's split: every forward pass counted once, as prefill (several positions per
     row) or a decode step (one per row), with the rows it computed."""
     import importlib.util
-    import sys
     from pathlib import Path
 
-    scripts = Path(__file__).resolve().parents[1] / "scripts"
-    sys.path.insert(0, str(scripts))
-    try:
-        spec = importlib.util.spec_from_file_location("bench_generation_script", scripts / "bench_generation.py")
-        bench = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(bench)
-    finally:
-        sys.path.remove(str(scripts))
+    # the script puts scripts/ on sys.path itself (for bench_prompts)
+    spec = importlib.util.spec_from_file_location(
+        "bench_generation_script", Path(__file__).resolve().parents[1] / "scripts" / "bench_generation.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
     g = build_generator(GeneratorConfig(model=str(tiny_model_dir), progress=False, batch_size=2))
     split = bench.time_forward_passes(g)
     out = g.generate([GenerationRequest(prompt=f"Question {i}: what is {i} plus {i}?", max_new_tokens=n)
