@@ -8,6 +8,8 @@ Phases, each in its own process so peak memory is its own:
   switched    TransformersGenerator with one model whose PEFT adapters switch per role (merge_adapters false;
               with --adapters: what `batched`, a merged copy per role on CPUs, is measured against)
   batched     TransformersGenerator as configured by default (shared prefix, batching)
+  untransposed  the same with the linear layers on nn.Linear's own [out, in] weights (transpose_weights false):
+              what the default layout on CPUs, a [in, out] copy (knowtrace_train.generation.layout), is measured against
   bf16        the same with bf16 weights and activations (generator.dtype: bfloat16): half the bytes read per
               decode step, which bounds small-batch decoding on CPUs; agreement with batched is printed
   vllm        VLLMGenerator, when vllm is importable here or --vllm-python names an interpreter with it
@@ -50,7 +52,7 @@ sys.path[:0] = [str(HERE.parent), str(HERE)]
 from bench_prompts import exploration_prompts  # noqa: E402
 
 STOP = ("\n\nQuestion:",)
-PHASES = ("reference", "hf_batched", "noshare", "switched", "batched", "bf16", "vllm", "hf_cb")
+PHASES = ("reference", "hf_batched", "noshare", "switched", "batched", "untransposed", "bf16", "vllm", "hf_cb")
 ROLES = ("explore", "complete")
 
 
@@ -257,6 +259,10 @@ def phase_batched(args, prompts):
     return _run_generator(args, prompts)
 
 
+def phase_untransposed(args, prompts):
+    return _run_generator(args, prompts, transpose_weights=False)
+
+
 def phase_bf16(args, prompts):
     return _run_generator(args, prompts, dtype="bfloat16")
 
@@ -422,16 +428,19 @@ def main() -> None:
             f"{r['peak_rss_mib']:9.0f} {ident:>9}"
         )
     cb, ours = results.get("hf_cb"), results.get("batched")
-    half, switched = results.get("bf16"), results.get("switched")
+    switched = results.get("switched")
     if switched is not None and ours is not None:
         switched["agree"] = sum(a == b for a, b in zip(switched["texts"], ours["texts"]))
         print(f"batched (merged copies per role: {ours.get('merged')}) vs switched adapters: {ours['tok_s']:.1f} vs "
               f"{switched['tok_s']:.1f} tok/s, {ours['tok_s'] / switched['tok_s']:.2f}x; outputs equal on "
               f"{switched['agree']} of {len(ours['texts'])} prompts")
-    if half is not None and ours is not None:
-        half["agree"] = sum(a == b for a, b in zip(half["texts"], ours["texts"]))
-        print(f"bf16 vs batched (fp32): {half['tok_s']:.1f} vs {ours['tok_s']:.1f} tok/s, {half['tok_s'] / ours['tok_s']:.2f}x; "
-              f"outputs equal on {half['agree']} of {len(ours['texts'])} prompts")
+    variants = {"bf16": "bf16 vs batched (fp32)", "untransposed": "untransposed vs batched (transposed copies)"}
+    for name, label in variants.items():
+        other = results.get(name)
+        if other is not None and ours is not None:
+            other["agree"] = sum(a == b for a, b in zip(other["texts"], ours["texts"]))
+            print(f"{label}: {other['tok_s']:.1f} vs {ours['tok_s']:.1f} tok/s, {other['tok_s'] / ours['tok_s']:.2f}x; "
+                  f"outputs equal on {other['agree']} of {len(ours['texts'])} prompts")
     for name, r in results.items():
         if "forward" in r:
             print(describe_forward(name, r["forward"]))
@@ -465,11 +474,12 @@ def main() -> None:
             summary["identical"] = round(results["batched"]["identical"], 3)
     if "noshare" in results:
         summary["noshare_tok_s"] = round(results["noshare"]["tok_s"], 2)
-    if half is not None:
-        summary["bf16_tok_s"] = round(half["tok_s"], 2)
-        if ours is not None:
-            summary["bf16_ratio"] = round(half["tok_s"] / ours["tok_s"], 2)
-            summary["bf16_agree"] = half["agree"]
+    for name in variants:
+        if name in results:
+            summary[f"{name}_tok_s"] = round(results[name]["tok_s"], 2)
+            if ours is not None:
+                summary[f"{name}_ratio"] = round(results[name]["tok_s"] / ours["tok_s"], 2)
+                summary[f"{name}_agree"] = results[name]["agree"]
     if switched is not None:
         summary["switched_tok_s"] = round(switched["tok_s"], 2)
         if ours is not None:

@@ -53,6 +53,11 @@ class GeneratorConfig:
                           "in (no LoRA matmuls per step); false: one model, PEFT switches adapters; None: merged on CPUs "
                           "(scripts/bench_generation.py --adapters measures both), switched on GPUs (a copy per role costs memory)"},
     )
+    transpose_weights: bool | None = field(
+        default=None,
+        metadata={"help": "transformers: linear layers multiply by a [in, out] copy of their weights (faster decoding steps "
+                          "with MKL; generation.layout); None: on CPUs in fp32, where it was measured"},
+    )
     share_prefix: bool = field(
         default=True,
         metadata={"help": "compute a prompt prefix shared by several requests (few-shot exemplars) once"},

@@ -25,6 +25,7 @@ import torch
 from tqdm.auto import tqdm
 
 from knowtrace_train.generation.adapters import load_with_adapters, merge_adapters_here, merged_copy
+from knowtrace_train.generation.layout import transpose_here, transpose_linears
 from knowtrace_train.generation.base import (
     Completion,
     GenerationError,
@@ -113,6 +114,7 @@ class TransformersGenerator(GeneratorBase):
 
         self.config = config = config or GeneratorConfig()
         self.device = pick_device(config.device)
+        owned = model is None  # a caller's model is left as it is (no change of layout)
         if model is None:
             path = resolve_model(config.model, config.cache_dir)
             dtype = pick_dtype(config.dtype, self.device)
@@ -130,6 +132,9 @@ class TransformersGenerator(GeneratorBase):
         else:
             shared = load_with_adapters(model, config.adapters).eval()
             self.models = {None: shared, **{role: shared for role in config.adapters}}
+        if owned and (self.merged or not config.adapters) and transpose_here(config.transpose_weights, self.device, model.dtype):
+            for m in set(self.models.values()):
+                transpose_linears(m)
         self.model = self.models[None]
         self.roles = RoleAdapters(config.adapters, config.base_roles)
         max_context = config.max_context or getattr(model.config, "max_position_embeddings", None) or 2048
