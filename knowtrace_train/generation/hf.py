@@ -25,7 +25,6 @@ import torch
 from tqdm.auto import tqdm
 
 from knowtrace_train.generation.adapters import load_with_adapters, merge_adapters_here, merged_copy
-from knowtrace_train.generation.layout import transpose_here, transpose_linears
 from knowtrace_train.generation.base import (
     Completion,
     GenerationError,
@@ -37,6 +36,7 @@ from knowtrace_train.generation.base import (
 )
 from knowtrace_train.generation.config import GeneratorConfig
 from knowtrace_train.generation.devices import cpu_has_native_bf16, local_rank, process_device
+from knowtrace_train.generation.layout import transpose_here, transpose_linears
 from knowtrace_train.generation.models import resolve_model
 from knowtrace_train.generation.prefix import (
     KVBuffers,
