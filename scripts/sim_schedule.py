@@ -122,12 +122,12 @@ def main(argv: list[str] | None = None) -> int:
         if not path.is_file():
             raise UserError(f"{path}: no such trajectory file")
         trajs = read_trajectories(path)
-        rows = sum(max(0, c.output_tokens - 1) for t in trajs for c in t.calls)
+        decoded = sum(sum(steps) for t in trajs for _, steps in call_phases(t))
         lock, pipe = lockstep_steps(trajs, args.rows), pipelined_steps(trajs, args.rows)
         ratio = lock / pipe if pipe else 1.0
-        print(f"{path}: {len(trajs)} questions, {rows} decoded tokens; lockstep {lock} steps "
-              f"({rows / max(lock, 1):.1f} rows a step), pipelined {pipe} ({rows / max(pipe, 1):.1f}): {ratio:.2f}x fewer steps")
-        summary[str(path)] = {"questions": len(trajs), "decoded": rows, "lockstep_steps": lock, "pipelined_steps": pipe,
+        print(f"{path}: {len(trajs)} questions, {decoded} decoded tokens; lockstep {lock} steps "
+              f"({decoded / max(lock, 1):.1f} rows a step), pipelined {pipe} ({decoded / max(pipe, 1):.1f}): {ratio:.2f}x fewer steps")
+        summary[str(path)] = {"questions": len(trajs), "decoded": decoded, "lockstep_steps": lock, "pipelined_steps": pipe,
                               "ratio": round(ratio, 3)}
     print(json.dumps(summary))
     return 0
