@@ -2,6 +2,7 @@
 
     python scripts/bench_train.py [--model DIR] [--records 100] [--our-records 16] [--ref-steps 1] [--threads N]
     python scripts/bench_train.py --kto 32 [--threads N]     # mode: kto's trainer against SFT, per record
+    python scripts/bench_train.py --shared-prefixes runs/<name>/iter_0 [--steps N [--grouped]] [--threads N]
 
 (a) reference: TRL's defaults as SFTConfig gives them (bf16 autocast, gradient checkpointing, batch 8 padded
     to the longest record, TRL tokenizing the conversational prompt/completion records itself), LoRA as ours;
@@ -85,6 +86,10 @@ RELATIONS = [
     ("has headquarters in", "the city of the headquarters of {e}"), ("was written by", "the author of {e}"),
     ("is married to", "the spouse of {e}"), ("was released in", "the year {e} was released"),
 ]
+
+
+#: `train.group_prefix_tokens` as the self-training sections set it (the chat header's 24 tokens and the start of a role's instruction)
+GROUP_TOKENS = 64
 
 
 def _name(rng: random.Random, parts: int = 2) -> str:
@@ -327,17 +332,53 @@ def count_shared_prefixes(folder: Path, model: Path | None) -> dict:
     tokens = sum(r["tokens"] for r in out.values())
     tree = sum(r["prefix_tree_tokens"] for r in out.values())
     print(f"both roles: {tokens} tokens, {tree} in prefix trees ({1 - tree / tokens:.1%} fewer)")
+    rows = []
+    for role in out:
+        rows += tokenize_records(tok, load_records(folder / f"sft_{role}.jsonl", role), "chat", 1 << 20)[0]
+    out["epoch_positions"] = epoch_positions(rows)
+    print(f"both roles as one adapter (the bootstrap), one epoch in passes of 4, positions computed (mean of 5 "
+          f"seeds): {json.dumps(out['epoch_positions'])}")
     print(json.dumps(out))
     return out
 
 
-def time_shared_prefixes(folder: Path, model: Path | None, steps: int, seed: int, roles=("explore", "complete")) -> dict:
+def epoch_positions(rows: list[dict], per_pass: int = 4, seeds: int = 5, group_tokens: int = GROUP_TOKENS) -> dict:
+    """Positions one epoch of shared-prefix passes computes over `rows` (mean over seeds): the uniform shuffle's
+    passes, and passes grouped by the first `group_tokens` prompt tokens (train.group_prefix_tokens)."""
+    import random
+
+    from knowtrace_train.train.lora import LoraTrainConfig
+    from knowtrace_train.train.trainer import grouped_pass_order, pass_groups, prefix_plan
+
+    def positions(order: list[int]) -> int:
+        n = 0
+        for i in range(0, len(order), per_pass):
+            records = [(rows[j]["input_ids"], rows[j]["labels"]) for j in order[i : i + per_pass]]
+            n += sum(shared + sum(len(records[m][0]) - shared for m in members)
+                     for shared, members in prefix_plan(records))
+        return n
+
+    keys = pass_groups(rows, LoraTrainConfig(group_prefix_tokens=group_tokens, per_device_batch_size=per_pass), "cpu")
+    shuffled, grouped = [], []
+    for seed in range(seeds):
+        order = list(range(len(rows)))
+        random.Random(seed).shuffle(order)
+        shuffled.append(positions(order))
+        grouped.append(positions(grouped_pass_order(keys, per_pass, seed)))
+    s, g = sum(shuffled) / seeds, sum(grouped) / seeds
+    return {"shuffled": round(s), "grouped": round(g), "ratio": round(s / g, 3)}
+
+
+def time_shared_prefixes(folder: Path, model: Path | None, steps: int, seed: int, roles=("explore", "complete"),
+                         ways: tuple[str, str] = ("per_record", "shared_prefixes")) -> dict:
     """FOLDER's records of `roles` as one adapter (both: as the bootstrap trains them; one: as an iteration trains
-    that role's adapter), `steps` optimizer steps of 4
-    records each way, side by side in this process (A B B A after an untimed warm-up): one record per forward
-    pass accumulated to 4 with `share_prefixes` off (the CPU default before it), and one pass of 4 records
-    whose shared prompt prefixes run once. The record order is the same (the sampler's permutation, chunked
-    alike), so both train the same records per step."""
+    that role's adapter), `steps` optimizer steps of 4 records each of two ways, side by side in this process
+    (A B B A after an untimed warm-up). "per_record": one record per forward pass accumulated to 4 with
+    `share_prefixes` off (the CPU default before it); "shared_prefixes": one pass of 4 records whose shared prompt
+    prefixes run once, in the sampler's uniform shuffle; "grouped": the same, each pass's records drawn from those
+    whose prompts begin with the same GROUP_TOKENS tokens (`group_prefix_tokens`). The first two train the same
+    records per step (the same permutation, chunked alike: their losses agree); grouped passes train other
+    records per step, so a (shuffled, grouped) comparison is tokens per second, not seconds."""
     from knowtrace_train.train.lora import LoraTrainConfig, load_records, train_role
 
     model_dir = model or smollm2_dir(Path(tempfile.gettempdir()) / "knowtrace_bench_models")
@@ -346,20 +387,24 @@ def time_shared_prefixes(folder: Path, model: Path | None, steps: int, seed: int
         path = folder / f"sft_{role}.jsonl"
         if path.is_file():
             records += [{"prompt": r["prompt"], "completion": r["completion"]} for _, r in load_records(path, role)]
-    ways = {
+    settings = {
         "per_record": dict(per_device_batch_size=1, gradient_accumulation_steps=4, share_prefixes=False),
-        "shared_prefixes": dict(per_device_batch_size=4, gradient_accumulation_steps=1, share_prefixes=True),
+        "shared_prefixes": dict(per_device_batch_size=4, gradient_accumulation_steps=1, share_prefixes=True,
+                                group_prefix_tokens=0),
+        "grouped": dict(per_device_batch_size=4, gradient_accumulation_steps=1, share_prefixes=True,
+                        group_prefix_tokens=GROUP_TOKENS),
     }
+    a, b = ways
 
     def run(name: str, n: int) -> dict:
-        config = LoraTrainConfig(max_steps=n, seed=seed, logging_steps=1, **ways[name])
+        config = LoraTrainConfig(max_steps=n, seed=seed, logging_steps=1, **settings[name])
         with tempfile.TemporaryDirectory() as out:
             r = train_role(model_dir, records, Path(out) / "adapter", config, role="bench")
         return {"seconds": r.seconds, "tokens": r.tokens, "computed": r.computed_tokens, "losses": list(r.losses)}
 
-    run("per_record", 1), run("shared_prefixes", 1)  # warm-up, untimed
-    results: dict[str, list[dict]] = {"per_record": [], "shared_prefixes": []}
-    for name in ("per_record", "shared_prefixes", "shared_prefixes", "per_record"):
+    run(a, 1), run(b, 1)  # warm-up, untimed
+    results: dict[str, list[dict]] = {a: [], b: []}
+    for name in (a, b, b, a):
         results[name].append(run(name, steps))
         r = results[name][-1]
         print(f"{name}: {steps} steps, {r['tokens']} tokens ({r['computed']} computed) in {r['seconds']:.1f} s "
@@ -369,9 +414,13 @@ def time_shared_prefixes(folder: Path, model: Path | None, steps: int, seed: int
         seconds = sum(r["seconds"] for r in rs)
         out[name] = {"seconds": round(seconds, 2), "tok_s": round(sum(r["tokens"] for r in rs) / seconds, 1),
                      "tokens": rs[0]["tokens"], "computed": rs[0]["computed"], "losses": rs[0]["losses"]}
-    out["speedup"] = round(out["per_record"]["seconds"] / out["shared_prefixes"]["seconds"], 3)
-    out["max_loss_difference"] = max(abs(a - b) for a, b in zip(out["per_record"]["losses"], out["shared_prefixes"]["losses"]))
-    print(f"shared prefixes: {out['speedup']}x the per-record passes' speed on the same {steps} x 4 records "
+    if "grouped" in ways:
+        out["speedup"] = round(out[b]["tok_s"] / out[a]["tok_s"], 3)
+        print(f"{b}: {out['speedup']}x {a}'s tokens per second over {steps} x 4 records each")
+        return out
+    out["speedup"] = round(out[a]["seconds"] / out[b]["seconds"], 3)
+    out["max_loss_difference"] = max(abs(x - y) for x, y in zip(out[a]["losses"], out[b]["losses"]))
+    print(f"{b}: {out['speedup']}x {a}'s speed on the same {steps} x 4 records "
           f"(logged losses differ by at most {out['max_loss_difference']:.2g})")
     return out
 
@@ -393,6 +442,9 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=0, metavar="N",
                     help="with --shared-prefixes: also time N optimizer steps of 4 of those records with and without "
                          "share_prefixes, side by side")
+    ap.add_argument("--grouped", action="store_true",
+                    help="with --steps: time grouped passes (train.group_prefix_tokens) against shuffled shared-prefix "
+                         "passes instead of shared-prefix passes against one record per pass")
     ap.add_argument("--role", choices=("explore", "complete", "both"), default="both",
                     help="with --steps: train on this role's records (both: the bootstrap's mix)")
     ap.add_argument("--kto", type=int, default=0, metavar="N",
@@ -419,7 +471,8 @@ def main() -> None:
         counted = count_shared_prefixes(args.shared_prefixes, args.model)
         if args.steps:
             roles = ("explore", "complete") if args.role == "both" else (args.role,)
-            counted["timed"] = time_shared_prefixes(args.shared_prefixes, args.model, args.steps, args.seed, roles)
+            ways = ("shared_prefixes", "grouped") if args.grouped else ("per_record", "shared_prefixes")
+            counted["timed"] = time_shared_prefixes(args.shared_prefixes, args.model, args.steps, args.seed, roles, ways)
             print(json.dumps(counted))
         return
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")

@@ -620,3 +620,57 @@ def test_training_stops_where_the_loss_is_flat_and_records_the_step(tiny_model_d
     # off (the default for every iteration's adapters): all 16 steps
     full = train_role(tiny_model_dir, same, tmp_path / "b", dataclasses.replace(config, plateau_steps=0), role="complete")
     assert (full.steps, full.plateau_stop_step) == (16, None)
+
+
+# -- grouped passes --------------------------------------------------------------------------------------------
+
+
+def test_grouped_passes_are_a_seeded_permutation_whose_full_passes_hold_one_group():
+    from knowtrace_train.train.trainer import GroupedPassSampler, grouped_pass_order
+
+    groups = ["a"] * 9 + ["b"] * 6 + ["c"]  # a: 2 full passes + 1 left, b: 1 full + 2 left, c: 1 left
+    order = grouped_pass_order(groups, 4, seed=0)
+    assert sorted(order) == list(range(len(groups)))
+    passes = [order[i : i + 4] for i in range(0, len(order), 4)]
+    single = [p for p in passes if len({groups[i] for i in p}) == 1]
+    assert len(single) == 3 and len(passes) == 4  # 2 of a, 1 of b; the 4 left (a, b, b, c) make one mixed pass
+    assert sorted(groups[p[0]] for p in single) == ["a", "a", "b"]
+    assert order == grouped_pass_order(groups, 4, seed=0) != grouped_pass_order(groups, 4, seed=1)
+    for seed in range(20):  # a short pass (5 a + 4 b: one row left) comes last, so the others stay aligned
+        order = grouped_pass_order(["a"] * 5 + ["b"] * 4, 4, seed)
+        assert [len({("a" if i < 5 else "b") for i in order[k : k + 4]}) for k in (0, 4)] == [1, 1]
+    sampler = GroupedPassSampler(groups, 4, seed=5)
+    first, second = list(sampler), list(sampler)  # a new order each epoch, every row once in each
+    assert first == grouped_pass_order(groups, 4, 5) and second == grouped_pass_order(groups, 4, 6)
+    assert sorted(second) == list(range(16)) and len(sampler) == 16
+
+
+def test_pass_groups_key_rows_by_their_prompt_start_only_where_passes_share_prefixes():
+    from knowtrace_train.train.trainer import pass_groups
+
+    rows = [{"input_ids": [1, 2, 3, 9], "labels": [-100, -100, -100, 9]},  # prompt of 3 tokens
+            {"input_ids": [1, 2, 4, 5, 9], "labels": [-100, -100, -100, -100, 9]},
+            {"input_ids": [1, 9], "labels": [-100, 9]}]  # a prompt shorter than the key: its whole prompt
+    on = LoraTrainConfig(group_prefix_tokens=2, per_device_batch_size=4)
+    assert pass_groups(rows, on, "cpu") == [(1, 2), (1, 2), (1,)]
+    assert pass_groups(rows, dataclasses.replace(on, group_prefix_tokens=0), "cpu") is None
+    assert pass_groups(rows, on, "cuda") is None  # GPUs keep the padding-free batch and the uniform shuffle
+    assert pass_groups(rows, dataclasses.replace(on, per_device_batch_size=1), "cpu") is None
+    assert pass_groups(rows, dataclasses.replace(on, share_prefixes=False), "cpu") is None
+    with pytest.raises(ValueError, match="group_prefix_tokens"):
+        LoraTrainConfig(group_prefix_tokens=-1)
+
+
+def test_grouped_passes_train_every_record_once_in_fewer_positions(tiny_model_dir, tmp_path):
+    """Two kinds of prompt, mixed: passes drawn from one kind share that kind's long instruction, so one epoch
+    trains the same tokens computing fewer positions than the uniform shuffle (the seed fixed, both ways)."""
+    explain = "Extract the triplets that the guidance asks for. Write one triplet per line, nothing else. " * 3
+    ask = "Judge whether the knowledge is sufficient; if not, ask for the next entity and relation to find. " * 3
+    records = [{"prompt": f"{(explain, ask)[i % 2]}\nQuestion {i}: who made Brand{i}?",
+                "completion": f"(Brand{i}; was made by; Person{i})"} for i in range(16)]
+    common = dict(rank=4, epochs=1, learning_rate=1e-3, effective_batch_size=4, logging_steps=1, seed=1)
+    results = {n: train_role(tiny_model_dir, records, tmp_path / str(n), LoraTrainConfig(group_prefix_tokens=n, **common),
+                             role="x") for n in (0, 24)}
+    assert results[0].tokens == results[24].tokens and results[0].steps == results[24].steps == 4
+    assert results[24].computed_tokens < results[0].computed_tokens
+    assert read_training_info(tmp_path / "24")["config"]["group_prefix_tokens"] == 24

@@ -61,6 +61,14 @@ class LoraTrainConfig:
             "each record's remainder on their keys and values: the same loss and gradients, fewer tokens computed "
             "(docs/training.md). GPUs keep the padding-free batch.")},
     )
+    group_prefix_tokens: int = field(
+        default=0,
+        metadata={"help": (
+            "Where share_prefixes runs: each forward pass draws its records from those whose prompts begin with the "
+            "same this many tokens (64: the chat header and the start of one role's instruction), so that instruction "
+            "runs once per pass; passes in a seeded random order, every record once per epoch. 0: a uniform shuffle. "
+            "The bootstrap's training 1.09x faster, M0 no worse over 2 seeds (docs/training.md).")},
+    )
     packing: bool = field(
         default=False,
         metadata={"help": "Pack records into max_length blocks (best-fit decreasing); implies padding_free."},
@@ -119,6 +127,9 @@ class LoraTrainConfig:
             raise bad("logging_steps", "must be a positive integer")
         if self.max_steps == 0 or self.max_steps < -1:
             raise bad("max_steps", "must be -1 (all epochs) or a positive integer")
+        if isinstance(self.group_prefix_tokens, bool) or not isinstance(self.group_prefix_tokens, int) \
+                or self.group_prefix_tokens < 0:
+            raise bad("group_prefix_tokens", "must be 0 (off) or a positive integer")
         if not isinstance(self.plateau_steps, int) or self.plateau_steps < 0:
             raise bad("plateau_steps", "must be 0 (off) or a positive integer")
         if self.plateau_steps % self.logging_steps:

@@ -23,7 +23,7 @@ from knowtrace_train.generation.prepare import PROMPT_FORMATS
 from knowtrace_train.io import atomic_dir, iter_jsonl, write_json
 from knowtrace_train.train.config import LoraTrainConfig, as_trained, common_args, launched_processes, per_device_batch_for
 from knowtrace_train.train.precision import resolve_precision, training_device
-from knowtrace_train.train.trainer import counting_trainer_class
+from knowtrace_train.train.trainer import counting_trainer_class, pass_groups
 
 logger = logging.getLogger(__name__)
 
@@ -33,7 +33,6 @@ TRAINING_INFO = "knowtrace_training.json"
 
 class SFTRecordError(UserError, ValueError):
     """A prompt/completion record that cannot be trained on; the message names the record and field."""
-
     label = "data error"
 
 
@@ -390,6 +389,7 @@ def train_role(
             processing_class=tokenizer,
             peft_config=lora_config(config),
         )
+        trainer.record_groups = pass_groups(rows, config, device)
         logger.info(
             "role %s: %d records (%d skipped), %d tokens, batch %d x %d accumulation x %d processes = %d",
             role, len(rows), skipped, sum(len(r["input_ids"]) for r in rows),

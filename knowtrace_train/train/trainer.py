@@ -1,6 +1,7 @@
 """The trainers of every role: TRL's SFTTrainer (and KTOTrainer for `mode: kto`) counting the tokens it trains on, with the loss-carrying LM
 head on the completion positions only on CPUs (TRL's fused head scores every position there) and, there, the prompt
-tokens that a batch's records share run once (`shared_prefix_loss`)."""
+tokens that a batch's records share run once (`shared_prefix_loss`), each batch drawn, where
+`group_prefix_tokens` is set, from records that begin alike (`GroupedPassSampler`)."""
 
 from __future__ import annotations
 
@@ -36,6 +37,13 @@ def counting_trainer_class(kind: str = "sft", share_prefixes: bool = False):
             if len(records) > 1:
                 return shared_prefix_loss(self, model, inputs, return_outputs, num_items_in_batch, records=records)
             return completion_loss(self, model, inputs, return_outputs, num_items_in_batch)
+
+        def _get_train_sampler(self, train_dataset=None):
+            # `record_groups` (set by train_role where grouped passes pay): one group key per dataset row
+            groups = getattr(self, "record_groups", None)
+            if groups is None:
+                return super()._get_train_sampler(train_dataset)
+            return GroupedPassSampler(groups, self.args.per_device_train_batch_size, self.args.seed)
 
         def training_step(self, model, inputs, num_items_in_batch=None):
             if "attention_mask" in inputs:
@@ -119,23 +127,13 @@ def batch_records(inputs) -> list[tuple[list[int], list[int]]]:
     return [(row[a:b], lab[a:b]) for a, b in zip(starts, starts[1:])]
 
 
-def shared_prefix_loss(trainer, model, inputs, return_outputs=False, num_items_in_batch=None, min_prefix: int = 16,
-                       records: list[tuple[list[int], list[int]]] | None = None):
-    """`completion_loss` over a batch of several records, where records beginning with the same prompt tokens run
-    those tokens once: the shared prefix's forward pass yields its keys and values, and each record's remainder
-    runs on top of them (one backward pass through all of it). The attention is causal, so a prefix's states do
-    not depend on what follows it: the loss and gradients are those of one pass per record (dropout 0 aside),
-    for fewer tokens computed. Groups and their prefixes come from generation.prefix.plan_prefix_groups, capped
-    before each record's first loss-carrying position, so no prefix position needs the LM head. `records`: the
-    batch as `batch_records` splits it, where the caller has it already."""
-    import torch
-    import torch.nn.functional as F
-    from transformers import DynamicCache
-
+def prefix_plan(records: list[tuple[list[int], list[int]]], min_prefix: int = 16) -> list[tuple[int, list[int]]]:
+    """How `shared_prefix_loss` runs a batch's (input ids, labels) records: (shared prefix length, members) per
+    group (generation.prefix.plan_prefix_groups), each prefix capped before its records' first loss-carrying
+    position, so no prefix position needs the LM head. The positions computed are, per group, the prefix once
+    plus each member's remainder."""
     from knowtrace_train.generation.prefix import plan_prefix_groups
 
-    records = batch_records(inputs) if records is None else records
-    device = inputs["input_ids"].device
     # the logits at position t predict token t + 1: a record's first needed logit is just before its first label
     firsts = []
     for ids, labels in records:
@@ -143,7 +141,24 @@ def shared_prefix_loss(trainer, model, inputs, return_outputs=False, num_items_i
         if not carrying:
             raise ValueError("a record in the batch carries no loss-bearing token")
         firsts.append(carrying[0] - 1)
-    groups = plan_prefix_groups([ids[: f + 1] for (ids, _), f in zip(records, firsts)], min_prefix)
+    return plan_prefix_groups([ids[: f + 1] for (ids, _), f in zip(records, firsts)], min_prefix)
+
+
+def shared_prefix_loss(trainer, model, inputs, return_outputs=False, num_items_in_batch=None, min_prefix: int = 16,
+                       records: list[tuple[list[int], list[int]]] | None = None):
+    """`completion_loss` over a batch of several records, where records beginning with the same prompt tokens run
+    those tokens once: the shared prefix's forward pass yields its keys and values, and each record's remainder
+    runs on top of them (one backward pass through all of it). The attention is causal, so a prefix's states do
+    not depend on what follows it: the loss and gradients are those of one pass per record (dropout 0 aside),
+    for fewer tokens computed. Groups and their prefixes: `prefix_plan`. `records`: the batch as `batch_records`
+    splits it, where the caller has it already."""
+    import torch
+    import torch.nn.functional as F
+    from transformers import DynamicCache
+
+    records = batch_records(inputs) if records is None else records
+    device = inputs["input_ids"].device
+    groups = prefix_plan(records, min_prefix)
     loss = torch.zeros((), device=device)
     correct = torch.zeros((), dtype=torch.long, device=device)
     valid_total = torch.zeros((), dtype=torch.long, device=device)
@@ -171,3 +186,60 @@ def shared_prefix_loss(trainer, model, inputs, return_outputs=False, num_items_i
     trainer._computed = computed
     loss = _normalized(trainer, model, loss, correct, valid_total, num_items_in_batch)
     return (loss, None) if return_outputs else loss
+
+
+def pass_groups(rows, config, device: str) -> list[tuple[int, ...]] | None:
+    """Each tokenized row's group for `GroupedPassSampler`, the first `config.group_prefix_tokens` tokens of its
+    prompt (the positions whose label is -100); None (a uniform shuffle) where the option is off or no pass runs
+    a shared prefix (GPUs, one record per pass, packing)."""
+    n = config.group_prefix_tokens
+    if not (n and config.share_prefixes and not config.packing and device == "cpu" and config.per_device_batch_size > 1):
+        return None
+    keys = []
+    for row in rows:
+        prompt = next((i for i, label in enumerate(row["labels"]) if label != -100), len(row["labels"]))
+        keys.append(tuple(row["input_ids"][: min(n, prompt)]))
+    return keys
+
+
+def grouped_pass_order(groups, per_pass: int, seed: int) -> list[int]:
+    """A permutation of range(len(groups)) cut into passes of `per_pass` consecutive indices, each pass's rows
+    from one group where the group has `per_pass` rows left: every group shuffled and chunked, the leftovers of
+    all groups shuffled together and chunked, then the full passes shuffled, a short one last (as the data loader
+    cuts the order). The same seed gives the same order."""
+    import random
+
+    rng = random.Random(seed)
+    by_key: dict = {}
+    for i, key in enumerate(groups):
+        by_key.setdefault(key, []).append(i)
+    passes, leftovers = [], []
+    for members in by_key.values():  # insertion order: deterministic for a given row order
+        rng.shuffle(members)
+        full = len(members) - len(members) % per_pass
+        passes += [members[i : i + per_pass] for i in range(0, full, per_pass)]
+        leftovers += members[full:]
+    rng.shuffle(leftovers)
+    passes += [leftovers[i : i + per_pass] for i in range(0, len(leftovers), per_pass)]
+    short = passes.pop() if passes and len(passes[-1]) < per_pass else []
+    rng.shuffle(passes)  # the short pass stays last: the data loader cuts the order every per_pass indices
+    return [i for p in passes for i in p] + short
+
+
+class GroupedPassSampler:
+    """The training sampler of grouped passes (`grouped_pass_order`): a new order each epoch (seed + epoch)."""
+
+    def __init__(self, groups, per_pass: int, seed: int):
+        self.groups, self.per_pass, self.seed = list(groups), per_pass, seed
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __len__(self) -> int:
+        return len(self.groups)
+
+    def __iter__(self):
+        order = grouped_pass_order(self.groups, self.per_pass, self.seed + self.epoch)
+        self.epoch += 1
+        return iter(order)
