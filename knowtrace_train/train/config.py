@@ -62,7 +62,7 @@ class LoraTrainConfig:
             "(docs/training.md). GPUs keep the padding-free batch.")},
     )
     group_prefix_tokens: int = field(
-        default=0,
+        default=64,
         metadata={"help": (
             "Where share_prefixes runs: each forward pass draws its records from those whose prompts begin with the "
             "same this many tokens (64: the chat header and the start of one role's instruction), so that instruction "
