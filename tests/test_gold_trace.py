@@ -47,7 +47,11 @@ ALL = ["zentor", "odile", "castel", "harlow"]
 HITS = {Q: ALL, Q2: ["castel", "odile"]}
 
 
-toy_encoder = bag_of_words_encoder(["zentor", "odile", "farrant", "castelbrun", "doravia", "founded", "born", "country"])
+#: "born" weighs double: for Q ("Where was the founder of Zentor born?") the first hop (Zentor; founded by; Odile
+#: Farrant) and the second (Odile Farrant; born in; Castelbrun) would otherwise tie (one shared word each), and the
+#: float32 rounding that broke the tie differed between CPUs (an AVX2 EPYC ranked them the other way)
+toy_encoder = bag_of_words_encoder(["zentor", "odile", "farrant", "castelbrun", "doravia", "founded", "born", "country"],
+                                   weights={"born": 2.0})
 
 
 def gold(items=(ITEM, OTHER), retriever=None, config=None, **kw):
