@@ -43,6 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from knowtrace_train.kg import GuidancePair, Triplet  # noqa: E402
 from knowtrace_train.methods.knowtrace.outputs import completion as completion_text  # noqa: E402
 from knowtrace_train.methods.knowtrace.outputs import exploration_answer, exploration_guidance  # noqa: E402
+from knowtrace_train.train.config import LoraTrainConfig  # noqa: E402
 
 EXPLORE_INSTRUCTION = """Answer a question that needs several retrieval steps. The knowledge collected so far is given as triplets (subject entity; relation; object entity).
 First judge: Whether the given knowledge triplets are sufficient for answering: Yes or No
@@ -88,8 +89,8 @@ RELATIONS = [
 ]
 
 
-#: `train.group_prefix_tokens` as the self-training sections set it (the chat header's 24 tokens and the start of a role's instruction)
-GROUP_TOKENS = 64
+#: `train.group_prefix_tokens`'s default (the chat header's 24 tokens and the start of a role's instruction)
+GROUP_TOKENS = LoraTrainConfig().group_prefix_tokens
 
 
 def _name(rng: random.Random, parts: int = 2) -> str:
@@ -316,12 +317,13 @@ def count_shared_prefixes(folder: Path, model: Path | None) -> dict:
     from knowtrace_train.train.lora import load_records, prefix_tree_tokens, tokenize_records
 
     tok = AutoTokenizer.from_pretrained(str(model or smollm2_dir(Path(tempfile.gettempdir()) / "knowtrace_bench_models")))
-    out = {}
+    out, both = {}, []
     for role in ("explore", "complete"):
         path = folder / f"sft_{role}.jsonl"
         if not path.is_file():
             continue
         rows, _ = tokenize_records(tok, load_records(path, role), "chat", 1 << 20)
+        both += rows
         tokens = sum(len(r["input_ids"]) for r in rows)
         tree = prefix_tree_tokens(rows)
         out[role] = {"records": len(rows), "tokens": tokens, "prefix_tree_tokens": tree}
@@ -332,10 +334,7 @@ def count_shared_prefixes(folder: Path, model: Path | None) -> dict:
     tokens = sum(r["tokens"] for r in out.values())
     tree = sum(r["prefix_tree_tokens"] for r in out.values())
     print(f"both roles: {tokens} tokens, {tree} in prefix trees ({1 - tree / tokens:.1%} fewer)")
-    rows = []
-    for role in out:
-        rows += tokenize_records(tok, load_records(folder / f"sft_{role}.jsonl", role), "chat", 1 << 20)[0]
-    out["epoch_positions"] = epoch_positions(rows)
+    out["epoch_positions"] = epoch_positions(both)
     print(f"both roles as one adapter (the bootstrap), one epoch in passes of 4, positions computed (mean of 5 "
           f"seeds): {json.dumps(out['epoch_positions'])}")
     print(json.dumps(out))
@@ -347,7 +346,6 @@ def epoch_positions(rows: list[dict], per_pass: int = 4, seeds: int = 5, group_t
     passes, and passes grouped by the first `group_tokens` prompt tokens (train.group_prefix_tokens)."""
     import random
 
-    from knowtrace_train.train.lora import LoraTrainConfig
     from knowtrace_train.train.trainer import grouped_pass_order, pass_groups, prefix_plan
 
     def positions(order: list[int]) -> int:
