@@ -83,7 +83,7 @@ class CompareConfig:
     limit: int | None = field(default=None, metadata={"help": "the first `limit` questions of every dataset (None: each dataset's own limit)"})
     output_dir: str = field(default="runs/compare", metadata={"help": "the folder of every cell's trajectories (a rerun resumes)"})
     threads: int | None = field(default=None, metadata={"help": "torch CPU threads (None: torch's default)"})
-    chunk_size: int = field(default=0, metadata={"help": "questions handed to a method at once (0: all)"})
+    chunk_size: int = field(default=0, metadata={"help": "questions in flight at once (0: all); KnowTrace starts the next as soon as one ends"})
     seed: int = field(default=0, metadata={"help": "seed of the bootstrap intervals and paired tests"})
 
     def __post_init__(self) -> None:

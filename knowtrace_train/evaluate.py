@@ -33,7 +33,7 @@ from knowtrace_train.data.corpus import CORPUS_SOURCES, CorpusConfig  # noqa: F4
 from knowtrace_train.data.schema import Passage, QAItem
 from knowtrace_train.generation import GeneratorConfig, check_generator_installed
 from knowtrace_train.io import append_jsonl
-from knowtrace_train.methods import StrategyConfig, get_method
+from knowtrace_train.methods import StrategyConfig, get_method, run_strategy
 from knowtrace_train.methods.knowtrace import KnowTraceConfig
 from knowtrace_train.metrics import (
     MIN_QUESTIONS_FOR_INTERVAL,
@@ -87,7 +87,7 @@ class EvalConfig:
         default=None, metadata={"help": "trajectories JSONL; questions already in it are skipped (resume)"}
     )
     chunk_size: int = field(
-        default=0, metadata={"help": "questions handed to the engine at once (0: all); smaller chunks lose less on a kill"}
+        default=0, metadata={"help": "questions in flight at once (0: all); KnowTrace starts the next as soon as one ends"}
     )
     threads: int | None = field(
         default=None,
@@ -344,11 +344,9 @@ def evaluate(
             if on_done is not None:
                 on_done(t)
 
-        chunk = config.chunk_size or len(todo)
         t0 = time.perf_counter()
         try:
-            for start in range(0, len(todo), chunk):
-                engine.run(todo[start : start + chunk], generator, retriever, on_done=finished)
+            run_strategy(engine, todo, generator, retriever, width=config.chunk_size or None, on_done=finished)
         finally:
             if owned:
                 generator.close()  # a generator passed in stays the caller's to close

@@ -8,6 +8,14 @@ cache). The reference handles one question at a time and sends every model call 
 retrieval query alone, on a generator without the shared-prefix cache, as the authors' code
 does. Prints questions per minute of each, their ratio (target: at least 4 on 2 CPU cores with
 the default model) and how many predictions agree; the last line is one JSON object.
+
+    python scripts/bench_rollout.py --pipelined 32 [--order lockstep,pipelined] [--questions 100] [--key value ...]
+
+times two schedules of the same engine instead, at most WIDTH questions in flight: lockstep (groups of
+WIDTH, each run until its slowest question ends: the engine before pipelining) and pipelined (a finished
+question's place goes to the next one at once). Prints each one's questions per minute, the generate()
+calls and the requests per call, their ratio and whether every call's output agrees. Run two processes
+with opposite --order side by side on two cores to cancel the machine's drift.
 """
 
 from __future__ import annotations
@@ -62,6 +70,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--config", default="recipes/configs/eval_world.yaml")
     parser.add_argument("--questions", type=int, default=16, help="questions both sides run")
+    parser.add_argument("--pipelined", type=int, default=0, metavar="WIDTH",
+                        help="time lockstep groups of WIDTH against the pipelined engine at WIDTH (no reference)")
+    parser.add_argument("--order", default="lockstep,pipelined", help="with --pipelined: which schedule runs first")
     args, overrides = parser.parse_known_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     config = load_eval_config(args.config, overrides + ["--dataset.limit", str(args.questions)])
@@ -71,6 +82,8 @@ def main(argv: list[str] | None = None) -> int:
     items, everything = load_eval_items(config)
     retriever = build_retriever(config.retriever, load_corpus(config, everything))
     engine_gen = build_generator(config.generator)
+    if args.pipelined:
+        return schedules(config, items, engine_gen, retriever, args.pipelined, args.order.split(","))
     reference_gen = build_generator(dataclasses.replace(config.generator, share_prefix=False, batch_size=1))
     warm = [GenerationRequest(prompt="Question: warm up\nAnswer:", role="explore", max_new_tokens=4)]
     engine_gen.generate(warm)
@@ -112,6 +125,56 @@ def main(argv: list[str] | None = None) -> int:
         "threads": torch.get_num_threads(),
         "load_avg": {k: round(v, 2) for k, v in load.items()},
     }))
+    return 0
+
+
+class Counting:
+    """Counts the generate() calls and requests that pass to the wrapped generator."""
+
+    def __init__(self, generator) -> None:
+        self.generator, self.calls, self.requests = generator, 0, 0
+
+    def generate(self, requests: Sequence[GenerationRequest]):
+        self.calls += 1
+        self.requests += len(requests)
+        return self.generator.generate(requests)
+
+    def count_tokens(self, text: str) -> int:
+        return self.generator.count_tokens(text)
+
+
+def schedules(config, items, generator, retriever, width: int, order: list[str]) -> int:
+    """Lockstep groups of `width` against the pipelined engine at `width`, in `order`."""
+    import torch
+
+    if sorted(order) != ["lockstep", "pipelined"]:
+        raise SystemExit(f"--order takes lockstep,pipelined or pipelined,lockstep, got {','.join(order)}")
+    print(f"{len(items)} questions from {config.dataset.path}, model {config.generator.model}, width {width}, "
+          f"torch threads {torch.get_num_threads()}, order {','.join(order)}")
+    generator.generate([GenerationRequest(prompt="Question: warm up\nAnswer:", role="explore", max_new_tokens=4)])
+    seconds, runs, counts = {}, {}, {}
+    for name in order:
+        gen = Counting(generator)
+        t0 = time.perf_counter()
+        if name == "pipelined":
+            runs[name] = KnowTrace(config.strategy).run(items, gen, retriever, width=width)
+        else:
+            runs[name] = [t for start in range(0, len(items), width)
+                          for t in KnowTrace(config.strategy).run(items[start : start + width], gen, retriever)]
+        seconds[name] = time.perf_counter() - t0
+        counts[name] = (gen.calls, gen.requests)
+        print(f"{name:10} {seconds[name]:8.1f}s  {60 * len(items) / seconds[name]:7.2f} questions/min  "
+              f"{gen.calls} generate calls, {gen.requests / max(1, gen.calls):.1f} requests per call")
+    same = sum([c.output for c in a.calls] == [c.output for c in b.calls]
+               for a, b in zip(runs["lockstep"], runs["pipelined"]))
+    ratio = seconds["lockstep"] / seconds["pipelined"]
+    print(f"ratio      {ratio:.3f}x (lockstep seconds / pipelined seconds)")
+    print(f"agreement  every call's output {same}/{len(items)}")
+    print(json.dumps({"questions": len(items), "width": width, "order": order,
+                      "seconds": {k: round(v, 1) for k, v in seconds.items()}, "ratio": round(ratio, 3),
+                      "generate_calls": {k: c for k, (c, _) in counts.items()},
+                      "requests_per_call": {k: round(r / max(1, c), 2) for k, (c, r) in counts.items()},
+                      "trajectories_agree": same, "threads": torch.get_num_threads()}))
     return 0
 
 

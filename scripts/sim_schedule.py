@@ -2,12 +2,14 @@
 
     python scripts/sim_schedule.py TRAJECTORIES.jsonl [...] [--rows 32]
 
-- lockstep (the engine today, methods/knowtrace/engine.py): every round makes one generate call per role
-  (exploration, then completion, then the forced answers), each call decoding its requests through `--rows` rows
+- lockstep (the engine's step, methods/knowtrace/engine.py, for the questions in flight together): every round
+  makes one generate call per role (exploration, then completion, then the forced answers), each call decoding
+  its requests through `--rows` rows
   (the generator's batch_size) and refilling a row as soon as its request ends; a round starts when the last
   request of the one before has ended.
-- pipelined (not built): a question's next call joins the running batch as soon as its own previous call
-  ended, so no row waits for other questions' slowest request.
+- pipelined (per call, not built; the engine pipelines per step only, admitting a waiting question when one
+  finishes): a question's next call joins the running batch as soon as its own previous call ended, so no row
+  waits for other questions' slowest request.
 
 A call holds a row for output_tokens - 1 decode steps (its first token comes from its prefill). Prefill,
 retrieval and parsing are not counted, and a decoding step is taken to cost the same at every row count

@@ -198,8 +198,8 @@ def star_and_gold_records(run) -> dict[str, str]:
     return out
 
 
-#: set by the kill/resume test to a rollout chunk file: once the run has written it, the run waits
-#: (10 minutes), so the test kills it at that exact point whatever the machine's load
+#: set by the kill/resume test to a rollout's part file: once the run has appended its first trajectory
+#: there, the run waits (10 minutes), so the test kills it at that exact point whatever the machine's load
 PAUSE_ENV = "KNOWTRACE_TEST_PAUSE_AFTER"
 
 
@@ -212,14 +212,14 @@ def _pause_after_first_part() -> None:
     target = os.environ.get(PAUSE_ENV)
     if not target:
         return
-    write = rollout.write_jsonl
+    append = rollout.append_jsonl
 
-    def write_then_pause(path, rows):
-        write(path, rows)
+    def append_then_pause(path, row):
+        append(path, row)
         if Path(path).resolve() == Path(target).resolve():
             time.sleep(600)
 
-    rollout.write_jsonl = write_then_pause
+    rollout.append_jsonl = append_then_pause
 
 
 def main(argv: list[str]) -> int:

@@ -14,7 +14,7 @@ from knowtrace_train.kg import GuidancePair, Triplet
 from knowtrace_train.methods.knowtrace.outputs import JUDGEMENT
 from knowtrace_train.methods.knowtrace.prompts import KG_HEADER, TRIPLETS_HEADER, answer_prefix, render_passage
 from knowtrace_train.retrieval.base import RetrievalError, ScoredPassage, check_search_args
-from knowtrace_train.methods.base import Strategy
+from knowtrace_train.methods.base import Strategy, run_strategy
 from knowtrace_train.methods.knowtrace import KnowTrace, KnowTraceConfig, outputs
 from knowtrace_train.methods.knowtrace.backtrace import filter_trajectory
 from knowtrace_train.trajectory import Trajectory
@@ -286,6 +286,53 @@ def test_batched_engine_agrees_with_one_question_at_a_time():
     single = [KnowTrace(KnowTraceConfig(passages=2)).run([it], ScriptedGenerator(chain_model), WordRetriever(WORLD))[0] for it in items()]
     strip = lambda t: {k: v for k, v in t.to_dict().items() if k != "wall_time"}  # noqa: E731
     assert [strip(t) for t in batched] == [strip(t) for t in single]
+
+
+def test_a_pipelined_run_admits_the_next_question_as_one_ends_and_gives_the_same_trajectories():
+    """width 2 over three questions: when the comparison question answers (round 2), q1 takes its place in
+    the next step beside q0's round 3, so one exploration batch mixes rounds; every trajectory (its calls'
+    rounds included) equals the lockstep run's."""
+    order = [items()[2], items()[0], items()[1]]
+    gen = ScriptedGenerator(chain_model)
+    done = []
+    piped = KnowTrace(KnowTraceConfig(passages=1)).run(order, gen, WordRetriever(WORLD), width=2,
+                                                       on_done=lambda t: done.append(t.id))
+    assert [[k for _, k in b] for b in gen.batches] == [
+        ["explore"] * 2, ["complete"] * 3,  # q2 (two pairs) and q0, round 1
+        ["explore"] * 2, ["complete"],      # q2 answers; q0 asks for Bern
+        ["explore"] * 2, ["complete"],      # q0's round 3 (answers) beside q1's round 1
+        ["explore"], ["complete"], ["explore"],  # q1 alone: rounds 2 and 3
+    ]
+    assert done == ["q2", "q0", "q1"]
+    assert [c.round for c in piped[2].calls] == [1, 1, 2, 2, 3]
+    lockstep = KnowTrace(KnowTraceConfig(passages=1)).run(order, ScriptedGenerator(chain_model), WordRetriever(WORLD))
+    strip = lambda t: {k: v for k, v in t.to_dict().items() if k != "wall_time"}  # noqa: E731
+    assert [strip(t) for t in piped] == [strip(t) for t in lockstep]
+    with pytest.raises(ValueError, match="width must be >= 1"):
+        KnowTrace().run(order, gen, WordRetriever(WORLD), width=0)
+
+
+def test_run_strategy_groups_a_strategy_that_does_not_pipeline():
+    seen = []
+
+    class Lockstep:
+        name = "lockstep"
+
+        def run(self, items, generator, retriever, on_done=None):
+            seen.append([it.id for it in items])
+            return [Trajectory(id=it.id, question_id=it.id, question=it.question, answers=list(it.answers), dataset="t",
+                               strategy=self.name) for it in items]
+
+    qs = [QAItem(id=f"x{i}", question="?", answers=("a",)) for i in range(5)]
+    out = run_strategy(Lockstep(), qs, None, None, width=2)
+    assert seen == [["x0", "x1"], ["x2", "x3"], ["x4"]] and [t.id for t in out] == [f"x{i}" for i in range(5)]
+    seen.clear()
+    run_strategy(Lockstep(), qs, None, None)
+    assert seen == [[f"x{i}" for i in range(5)]]
+    # KnowTrace pipelines: one run of every question, width passed on
+    gen = ScriptedGenerator(chain_model)
+    run_strategy(KnowTrace(KnowTraceConfig(passages=1)), items(), gen, WordRetriever(WORLD), width=1)
+    assert max(len(b) for b in gen.batches if b[0][1] == "explore") == 1
 
 
 def test_on_done_fires_when_a_question_finishes_not_at_the_end():

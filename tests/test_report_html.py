@@ -142,7 +142,7 @@ def test_collect_reads_a_running_run_and_notes_what_is_missing_or_bad(run_dir):
     assert "M1 · dev: trajectory 'r8' cannot be shown" in notes
     assert re.search(r"rollouts.jsonl:3: not a trajectory", notes) and "rollouts.jsonl:4" in notes
     labels = [(s["label"], s["n"], s["note"]) for s in run["sets"]]
-    assert ("iteration 2 · rollouts (train)", 1, "in progress: 1 chunk(s) of rollouts.jsonl written so far") in labels
+    assert ("iteration 2 · rollouts (train)", 1, "in progress: 1 trajectories of rollouts.jsonl written so far") in labels
     assert "name: toy_backtrace" in run["config_text"]
     qs = model["questions"]
     assert len(qs) == 3 + 2 + 2 + 1 + 1

@@ -435,14 +435,14 @@ def test_killed_run_resumes_to_the_same_results(tmp_path, tiny_model_dir):
     assert r.returncode == 0, r.stderr[-3000:]
 
     cut = _config_file(tmp_path, "cut", tiny_model_dir, output_dir=str(tmp_path / "cut"), **values)
-    # the run waits after writing its first rollout chunk, so the kill lands mid-rollout under any load
+    # the run waits after writing its first finished rollout, so the kill lands mid-rollout under any load
     from selftrain_helpers import PAUSE_ENV
 
-    first_chunk = tmp_path / "cut" / "iter_1" / "rollouts.jsonl.parts" / "00000.jsonl"
+    first_part = tmp_path / "cut" / "iter_1" / "rollouts.jsonl.parts" / "rank0.jsonl"
     proc = subprocess.Popen([*script, str(cut)], cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True, env={**env, PAUSE_ENV: str(first_chunk)})
+                            text=True, start_new_session=True, env={**env, PAUSE_ENV: str(first_part)})
     deadline = time.time() + 900
-    while not first_chunk.exists() and proc.poll() is None and time.time() < deadline:
+    while not first_part.exists() and proc.poll() is None and time.time() < deadline:
         time.sleep(0.05)
     assert proc.poll() is None, "the run ended before it could be killed: " + proc.stderr.read()[-2000:]
     os.killpg(proc.pid, signal.SIGKILL)

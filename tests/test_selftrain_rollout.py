@@ -1,4 +1,4 @@
-"""Chunked, resumable rollouts (knowtrace_train.selftrain.rollout) on scripted outputs: no model needed."""
+"""Pipelined, resumable rollouts (knowtrace_train.selftrain.rollout) on scripted outputs: no model needed."""
 
 from __future__ import annotations
 
@@ -75,20 +75,23 @@ def test_g_samples_are_g_seeded_trajectories_and_the_same_on_a_rerun(tmp_path):
                      progress=False, samples=2)
 
 
-def test_a_killed_rollout_keeps_its_finished_chunks(tmp_path):
+def test_a_killed_rollout_keeps_its_finished_questions(tmp_path):
+    """Three questions in flight: the comparison question ends in round 2, before the kill (in q1's second
+    hop); its trajectory is in the part file, and the resumed run asks only about the others."""
     out = tmp_path / "rollouts.jsonl"
-    calls = []
+    comparison = "Which was founded first, Gant or Hale?"
 
     def dying(parts, req):
-        calls.append(parts["kind"])
-        if "Delta" in str(parts.get("question", "")) + str(parts.get("pair", "")):
-            raise KeyboardInterrupt  # the kill, in the second chunk
+        if parts.get("pair") and parts["pair"][0] == "Esk":
+            raise KeyboardInterrupt  # the kill
         return chain_model(parts, req)
 
     with pytest.raises(KeyboardInterrupt):
         run_rollouts(items(), out, KnowTraceConfig(), lambda: ScriptedGenerator(dying), WordRetriever(WORLD),
-                     chunk_size=1, progress=False)
-    assert not out.exists() and sorted(p.name for p in parts_dir(out).iterdir()) == ["00000.jsonl"]
+                     chunk_size=3, progress=False)
+    assert not out.exists() and sorted(p.name for p in parts_dir(out).iterdir()) == ["rank0.jsonl"]
+    kept = [json.loads(line) for line in (parts_dir(out) / "rank0.jsonl").read_text().splitlines()]
+    assert [(d["question_id"], d["em"]) for d in kept] == [("q2", 1.0)]
     asked = []
 
     def recording(parts, req):
@@ -96,12 +99,15 @@ def test_a_killed_rollout_keeps_its_finished_chunks(tmp_path):
         return chain_model(parts, req)
 
     trajs = run_rollouts(items(), out, KnowTraceConfig(), lambda: ScriptedGenerator(recording), WordRetriever(WORLD),
-                         chunk_size=1, progress=False)
+                         chunk_size=3, progress=False)
     assert [t.question_id for t in trajs] == ["q0", "q1", "q2", "q9"] and [t.em for t in trajs] == [1, 1, 1, 0]
-    # q0's chunk was not run again: the resumed run asked only about the other questions
-    questions = set(asked) - {None}
-    assert "Where was the author of Delta born?" in questions and len(asked) > 0
-    assert sum(q == "Where was the author of Alpha born?" for q in asked) == 3  # q9 only (3 explorations)
+    assert comparison not in asked and "Where was the author of Delta born?" in asked
+    assert not parts_dir(out).exists()
+    # the same trajectories as a run never killed
+    whole = run_rollouts(items(), tmp_path / "whole.jsonl", KnowTraceConfig(), lambda: ScriptedGenerator(chain_model),
+                         WordRetriever(WORLD), chunk_size=3, progress=False)
+    strip = lambda t: {k: v for k, v in t.to_dict().items() if k != "wall_time"}  # noqa: E731
+    assert [strip(t) for t in trajs] == [strip(t) for t in whole]
 
 
 def test_files_of_other_questions_are_refused(tmp_path):
@@ -123,3 +129,30 @@ def test_stage_runner_marks_and_skips(tmp_path):
     with pytest.raises(RuntimeError):
         runner.run(tmp_path, "eval", lambda: (_ for _ in ()).throw(RuntimeError("killed")))
     assert not is_done(tmp_path, "eval")
+
+
+def test_part_files_are_read_whatever_process_wrote_them_and_foreign_ones_refused(tmp_path):
+    """A resumed run reads every process's part file (here rank 1's, from a run of two processes); a part
+    holding a question this stage does not have is refused, naming the file."""
+    out = tmp_path / "rollouts.jsonl"
+    whole = run_rollouts(items(), tmp_path / "whole.jsonl", KnowTraceConfig(), lambda: ScriptedGenerator(chain_model),
+                         WordRetriever(WORLD), progress=False)
+    parts_dir(out).mkdir()
+    (parts_dir(out) / "rank1.jsonl").write_text(json.dumps(whole[1].to_dict()) + "\n")
+    asked = []
+
+    def recording(parts, req):
+        asked.append(parts.get("question"))
+        return chain_model(parts, req)
+
+    trajs = run_rollouts(items(), out, KnowTraceConfig(), lambda: ScriptedGenerator(recording), WordRetriever(WORLD),
+                         progress=False)
+    assert [t.question_id for t in trajs] == ["q0", "q1", "q2", "q9"]
+    assert "Where was the author of Delta born?" not in asked  # q1 came from rank 1's file
+    other = tmp_path / "other.jsonl"
+    parts_dir(other).mkdir()
+    stranger = {**whole[0].to_dict(), "question_id": "elsewhere"}
+    (parts_dir(other) / "rank0.jsonl").write_text(json.dumps(stranger) + "\n")
+    with pytest.raises(ValueError, match=r"rank0.jsonl holds other questions .*elsewhere"):
+        run_rollouts(items(), other, KnowTraceConfig(), lambda: pytest.fail("no run"), WordRetriever(WORLD),
+                     progress=False)

@@ -14,6 +14,7 @@ from knowtrace_train.methods.base import (
     StrategyConfig,
     get_method,
     register,
+    run_strategy,
     unregister,
 )
 
@@ -36,4 +37,4 @@ def _register_builtin() -> None:
 
 _register_builtin()
 
-__all__ = ["METHODS", "Method", "Rationalizer", "Strategy", "StrategyConfig", "get_method", "register", "unregister"]
+__all__ = ["METHODS", "Method", "Rationalizer", "Strategy", "StrategyConfig", "get_method", "register", "run_strategy", "unregister"]

@@ -42,16 +42,15 @@ def read_trajectory_file(path: Path, notes: list[str]) -> list[Trajectory]:
 
 
 def _read_set(path: Path, notes: list[str]) -> tuple[list[Trajectory], str | None]:
-    """A trajectory file of a run; where only its `.parts/` folder exists the stage is running: its chunks so far."""
+    """A trajectory file of a run; where only its `.parts/` folder exists the stage is running: its trajectories so far."""
     if path.is_file():
         return read_trajectory_file(path, notes), None
     parts = path.parent / f"{path.name}.parts"
     if parts.is_dir():
         trajs: list[Trajectory] = []
-        chunks = sorted(parts.glob("*.jsonl"))
-        for p in chunks:
+        for p in sorted(parts.glob("*.jsonl")):
             trajs += read_trajectory_file(p, notes)
-        return trajs, f"in progress: {len(chunks)} chunk(s) of {path.name} written so far"
+        return trajs, f"in progress: {len(trajs)} trajectories of {path.name} written so far"
     return [], None
 
 

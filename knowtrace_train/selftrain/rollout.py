@@ -1,14 +1,16 @@
-"""Rollouts: a method over a list of questions in fixed chunks, resumable, split across processes.
+"""Rollouts: a method over a list of questions, resumable question by question, split across processes.
 
-The questions are cut into chunks of `chunk_size` in their given order. Each chunk is one batch of
-the engine (so a resumed run feeds the model exactly the batches an uninterrupted one did, and
-greedy decoding gives the same trajectories); under several processes each takes every world-th
-question of the chunk, and the main process gathers the chunk. A finished chunk is written at once,
-atomically, to `<out>.parts/<chunk>.jsonl`; a kill loses at most the chunk in flight. When every
-chunk is there, the main process writes `<out>` (scored trajectories, one per line, in question
-order) and removes the parts. Scoring and the summary are evaluate's (`summarize`).
+At most `chunk_size` questions are in flight at once (`methods.run_strategy`): KnowTrace admits the next
+question as soon as one finishes, so its batches stay full; other methods run consecutive groups of
+`chunk_size`. Each finished trajectory is scored and appended at once to `<out>.parts/rank<r>.jsonl` (one
+file per process; a kill loses only the questions in flight, and a torn last line is dropped on reading).
+A resumed run reads every part file and runs only the questions missing there; every sampled call draws
+from its own seeded stream, and greedy decoding gives the same tokens in any batch up to fp32 rounding, so
+it gives the trajectories an uninterrupted run would, up to that rounding. Under several processes each takes every world-th question still
+to run. When every question is done, the main process writes `<out>` (scored trajectories, one per line,
+in question order) and removes the parts. Scoring and the summary are evaluate's (`summarize`).
 
-With `samples` G > 1 each question is tried G times: sample k runs the chunk with the strategy seeded
+With `samples` G > 1 each question is tried G times: sample k runs the questions with the strategy seeded
 `sample_seed(seed, k)` (sample 0 keeps the strategy's own seed), so every call of every sample draws from its
 own reproducible stream, and its trajectory id gets the suffix `#s<k>`. The file then holds G trajectories per
 question, question by question, sample by sample.
@@ -23,8 +25,8 @@ from typing import Any, Callable, Mapping, Sequence
 
 from knowtrace_train.data.schema import QAItem
 from knowtrace_train.generation.base import Generator, request_seed
-from knowtrace_train.io import write_jsonl
-from knowtrace_train.methods import StrategyConfig, get_method
+from knowtrace_train.io import append_jsonl, write_jsonl
+from knowtrace_train.methods import StrategyConfig, get_method, run_strategy
 from knowtrace_train.metrics import score
 from knowtrace_train.retrieval.base import Retriever
 from knowtrace_train.stages import Processes
@@ -75,8 +77,9 @@ def run_rollouts(
     progress: bool = True,
     samples: int = 1,
 ) -> list[Trajectory]:
-    """Scored trajectories of `items` (`samples` per question), in their order, written to `out`. The
-    generator is built (`make_generator()`) only when a chunk remains to run."""
+    """Scored trajectories of `items` (`samples` per question), in their order, written to `out`. At most
+    `chunk_size` questions are in flight at once; the generator is built (`make_generator()`) only when a
+    question remains to run."""
     out = Path(out)
     procs = procs or Processes()
     if chunk_size < 1:
@@ -91,53 +94,62 @@ def run_rollouts(
         return [(it.id, k if samples > 1 else None) for it in chunk for k in range(samples)]
 
     if out.is_file():
-        done = read_trajectories(out)
-        if [(t.question_id, sample_of(t.meta)) for t in done] == keys(items):
-            return done
+        whole = read_trajectories(out)
+        if [(t.question_id, sample_of(t.meta)) for t in whole] == keys(items):
+            return whole
         raise ValueError(f"{out} holds other questions (or another number of samples) than this stage's; "
                          "remove it to rerun the stage")
 
     parts = parts_dir(out)
+    wanted = set(keys(items))
+    done: dict[tuple[str, int | None], Trajectory] = {}
+    for part in sorted(parts.glob("*.jsonl")) if parts.is_dir() else []:
+        for t in read_trajectories(part):
+            key = (t.question_id, sample_of(t.meta))
+            if key not in wanted:
+                raise ValueError(f"{part} holds other questions (or another number of samples) than this stage's "
+                                 f"({key[0]}); remove {parts} to rerun the stage")
+            done.setdefault(key, t)
     method = get_method(strategy.name)
-    engines = [method.strategy(method.with_seed(strategy, sample_seed(strategy.seed, k))) for k in range(samples)]
+    mine_file = parts / f"rank{procs.rank}.jsonl"
     generator: Generator | None = None
-    chunks = [list(items[i : i + chunk_size]) for i in range(0, len(items), chunk_size)]
-    bar = _bar(len(items), desc, progress and procs.is_main)
-    result: list[Trajectory] = []
-    try:
-        for c, chunk in enumerate(chunks):
-            part = parts / f"{c:05d}.jsonl"
-            if part.is_file():
-                trajs = read_trajectories(part)
-                if [(t.question_id, sample_of(t.meta)) for t in trajs] != keys(chunk):
-                    raise ValueError(f"{part} holds other questions than chunk {c}; remove {parts} to rerun the stage")
-            else:
-                if generator is None:
-                    generator = make_generator()
-                mine = chunk[procs.rank :: procs.world]
-                local: list[Trajectory] = []
-                for k, engine in enumerate(engines):
-                    for t in engine.run(mine, generator, retriever) if mine else []:
-                        s = score(t.prediction, t.answers)
-                        t.em, t.f1, t.iteration = s["em"], s["f1"], iteration
-                        if samples > 1:
-                            t.id += sample_suffix(k)
-                            t.meta = {**t.meta, "sample": k}
-                        local.append(t)
-                gathered = procs.gather([t.to_dict() for t in local])
-                by_key = {(d["question_id"], sample_of(d.get("meta"))): d for rank_rows in gathered for d in rank_rows}
-                rows = [by_key[key] for key in keys(chunk)]
-                if procs.is_main:
-                    write_jsonl(part, rows)
-                trajs = [Trajectory.from_dict(d) for d in rows]
-                procs.barrier()
-            result.extend(trajs)
+    bar = _bar(len(wanted), desc, progress and procs.is_main)
+    if bar is not None and done:
+        bar.update(len(done))
+    local: list[Trajectory] = []
+
+    def finished(k: int) -> Callable[[Trajectory], None]:
+        def save(t: Trajectory) -> None:
+            s = score(t.prediction, t.answers)
+            t.em, t.f1, t.iteration = s["em"], s["f1"], iteration
+            if samples > 1:
+                t.id += sample_suffix(k)
+                t.meta = {**t.meta, "sample": k}
+            append_jsonl(mine_file, t.to_dict())
+            local.append(t)
             if bar is not None:
-                bar.update(len(chunk))
-                bar.set_postfix(em=f"{sum(t.em or 0 for t in result) / len(result):.3f}")  # over trajectories
+                bar.update(1)
+                bar.set_postfix(em=f"{sum(x.em or 0 for x in local) / len(local):.3f}")  # over this run's
+        return save
+
+    try:
+        for k in range(samples):
+            todo = [it for it in items if (it.id, k if samples > 1 else None) not in done][procs.rank :: procs.world]
+            if not todo:
+                continue
+            if generator is None:
+                generator = make_generator()
+            engine = method.strategy(method.with_seed(strategy, sample_seed(strategy.seed, k)))
+            run_strategy(engine, todo, generator, retriever, width=chunk_size, on_done=finished(k))
     finally:
         if generator is not None:
             generator.close()  # the next stage (training, another model) gets its memory back
+    gathered = procs.gather([t.to_dict() for t in local])
+    for rank_rows in gathered:
+        for d in rank_rows:
+            t = Trajectory.from_dict(d)
+            done.setdefault((t.question_id, sample_of(t.meta)), t)
+    result = [done[key] for key in keys(items)]
     if bar is not None:
         bar.close()
     if procs.is_main:

@@ -1,9 +1,14 @@
 """KnowTrace inference (the paper's Algorithm 1) as a batched rollout engine.
 
-All unfinished questions advance together. Each round makes one batch of exploration
-calls, one batched retrieval for every guidance pair of every question, one batch of
-completion calls (the paper's parallelizable inner loop), then grows each question's
-traced knowledge graph. A question stops when its exploration answers ("answered"),
+The questions in flight advance together, each at its own round. Each step makes one batch of
+exploration calls, one batched retrieval for every guidance pair of every question, one batch of
+completion calls (the paper's parallelizable inner loop), then grows each question's traced
+knowledge graph. With `width` (questions in flight at once) smaller than the questions given, a
+question that finishes hands its place to the next waiting one at the end of the step, so the
+batches stay full instead of shrinking to the slowest questions of a fixed group (pipelined);
+without it every question starts together (lockstep rounds). A question's calls do not depend on
+its batch-mates: each sampled call draws from its own seeded stream, and greedy decoding gives the
+same tokens in any batch up to fp32 rounding (docs/selftrain.md, "Resuming"). A question stops when its exploration answers ("answered"),
 after `max_rounds` rounds ("max_rounds"), when a round adds no new triplet
 ("no_progress"), or when exploration gives neither an answer nor a usable guidance pair
 ("no_guidance"); with `forced_answer` (the default) every stop without an answer ends
@@ -22,6 +27,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import deque
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
@@ -59,6 +65,8 @@ class _State:
     #: why the question stopped without an answer (then it gets a forced answering call)
     pending_stop: str | None = None
     done: bool = False
+    #: the round the question is in (1 in its first step)
+    round: int = 0
 
 
 @dataclass
@@ -79,6 +87,8 @@ class KnowTrace:
     """Algorithm 1 over many questions at once. Uses only the Generator and Retriever protocols."""
 
     name = STRATEGY_NAME
+    #: `run` takes `width` (methods.base.run_strategy)
+    pipelined = True
 
     def __init__(self, config: KnowTraceConfig | None = None) -> None:
         self.config = config or KnowTraceConfig()
@@ -91,8 +101,13 @@ class KnowTrace:
         generator: Generator,
         retriever: Retriever,
         on_done: Callable[[Trajectory], None] | None = None,
+        width: int | None = None,
     ) -> list[Trajectory]:
+        """The questions' trajectories, in their order; `on_done` gets each as it finishes. `width`: the
+        questions in flight at once (None: all of them)."""
         cfg = self.config
+        if width is not None and width < 1:
+            raise ValueError(f"width must be >= 1 (or None for all questions at once), got {width}")
         states = [
             _State(
                 item=it,
@@ -109,34 +124,38 @@ class KnowTrace:
             for it in items
         ]
         self._generator, self._retriever, self._on_done = generator, retriever, on_done
-        for rnd in range(1, cfg.max_rounds + 1):
-            active = [s for s in states if not s.done]
-            if not active:
-                break
-            self._round(active, rnd)
-        # Round L ends every question it touches (answered, or stopped and answered by force).
-        assert all(s.done for s in states)
+        waiting = deque(states)
+        active: list[_State] = []
+        while waiting or active:
+            while waiting and (width is None or len(active) < width):
+                active.append(waiting.popleft())
+            for s in active:
+                s.round += 1
+            self._round(active)
+            # Round L ends every question it reaches (answered, or stopped and answered by force).
+            assert all(s.done for s in active if s.round == cfg.max_rounds)
+            active = [s for s in active if not s.done]
         return [s.traj for s in states]
 
-    # -- one round ----------------------------------------------------------------
-    def _round(self, active: list[_State], rnd: int) -> None:
+    # -- one step: each active question's next round -------------------------------
+    def _round(self, active: list[_State]) -> None:
         cfg = self.config
         t_round = time.perf_counter()
         batch_time = 0.0
 
         if cfg.kg_format == "text":
-            batch_time += self._refresh_kg_text(active, rnd)
+            batch_time += self._refresh_kg_text(active)
 
         # 1. Knowledge exploration, one batch.
         prefill = JUDGEMENT if cfg.prefill_judgement else ""
-        jobs = [_Job(s, EXPLORE, rnd, self._exploration_prompt(s), prefill=prefill) for s in active]
+        jobs = [_Job(s, EXPLORE, s.round, self._exploration_prompt(s), prefill=prefill) for s in active]
         calls, dt = self._generate(jobs)
         batch_time += dt
         to_complete: list[tuple[_State, GuidancePair, int]] = []
         stopped: list[_State] = []
         for job, call in zip(jobs, calls):
             s = job.state
-            s.traj.rounds = rnd
+            s.traj.rounds = s.round
             res = parse_exploration(call.output, cut=call.finish_reason == "length") if call.error is None else None
             if res is not None:
                 call.parsed = res.to_dict()
@@ -157,12 +176,12 @@ class KnowTrace:
                 stopped.append(s)
                 continue
             for p in pairs:
-                s.traj.graph.note_expansion_point(p.entity, round=rnd, call=call.index)
+                s.traj.graph.note_expansion_point(p.entity, round=s.round, call=call.index)
                 to_complete.append((s, p, call.index))
 
         # 2. One batched retrieval for every guidance pair.
         t0 = time.perf_counter()
-        hits = self._search([pair_to_query(p.entity, p.guidance) for _, p, _ in to_complete], [s for s, _, _ in to_complete], rnd)
+        hits = self._search([pair_to_query(p.entity, p.guidance) for _, p, _ in to_complete], [s for s, _, _ in to_complete])
         dt = time.perf_counter() - t0
         batch_time += dt
         for s, _, _ in to_complete:
@@ -173,10 +192,10 @@ class KnowTrace:
         for (s, p, _), found in zip(to_complete, hits):
             passages = tuple(h.passage for h in found)
             if not passages:
-                s.traj.meta["events"].append({"round": rnd, "pair": [p.entity, p.guidance], "event": "empty retrieval"})
+                s.traj.meta["events"].append({"round": s.round, "pair": [p.entity, p.guidance], "event": "empty retrieval"})
                 continue
             prompt = render_completion_prompt(p, passages, fewshot=cfg.fewshot.complete)
-            jobs.append(_Job(s, COMPLETE, rnd, prompt, pair=p, passages=passages))
+            jobs.append(_Job(s, COMPLETE, s.round, prompt, pair=p, passages=passages))
         size_before = {id(s): len(s.traj.graph.triplets) for s, _, _ in to_complete}
         calls, dt = self._generate(jobs)
         batch_time += dt
@@ -189,7 +208,7 @@ class KnowTrace:
             g = job.state.traj.graph
             for t in res.triplets:
                 traced = TracedTriplet(
-                    triplet=t, round=rnd, pair=job.pair, call=call.index, passage_ids=tuple(p.id for p in job.passages)
+                    triplet=t, round=job.round, pair=job.pair, call=call.index, passage_ids=tuple(p.id for p in job.passages)
                 )
                 if g.add(traced):
                     call.triplets.append(len(g.triplets) - 1)
@@ -200,7 +219,7 @@ class KnowTrace:
             if len(s.traj.graph.triplets) == size_before[id(s)]:
                 s.pending_stop = "no_progress"
                 stopped.append(s)
-            elif rnd == cfg.max_rounds:
+            elif s.round == cfg.max_rounds:
                 s.pending_stop = "max_rounds"
                 stopped.append(s)
 
@@ -212,7 +231,7 @@ class KnowTrace:
         if stopped:
             stopped.sort(key=lambda s: active.index(s))
             if cfg.forced_answer:
-                self._finish_unanswered(stopped, rnd)
+                self._finish_unanswered(stopped)
             else:
                 for s in stopped:
                     self._conclude(s, ExplorationResult(), s.pending_stop or "max_rounds")
@@ -228,12 +247,12 @@ class KnowTrace:
             kg_text=s.kg_text,
         )
 
-    def _refresh_kg_text(self, states: list[_State], rnd: int) -> float:
+    def _refresh_kg_text(self, states: list[_State]) -> float:
         """KG-to-Text: one batched call for every question whose graph grew since its last text."""
         cfg = self.config
         stale = [s for s in states if s.traj.graph.triplets and s.kg_text_size != len(s.traj.graph.triplets)]
         jobs = [
-            _Job(s, KG_TO_TEXT, rnd, render_kg_to_text_prompt([t.triplet for t in s.traj.graph.triplets], fewshot=cfg.fewshot.kg_to_text))
+            _Job(s, KG_TO_TEXT, s.round, render_kg_to_text_prompt([t.triplet for t in s.traj.graph.triplets], fewshot=cfg.fewshot.kg_to_text))
             for s in stale
         ]
         calls, dt = self._generate(jobs)
@@ -247,13 +266,13 @@ class KnowTrace:
             s.kg_text, s.kg_text_size = text, len(s.traj.graph.triplets)
         return dt
 
-    def _finish_unanswered(self, states: list[_State], rnd: int) -> None:
+    def _finish_unanswered(self, states: list[_State]) -> None:
         """The forced answering call for questions that stopped without an answer, one batch."""
         cfg = self.config
         t0 = time.perf_counter()
-        dt = self._refresh_kg_text(states, rnd) if cfg.kg_format == "text" else 0.0
+        dt = self._refresh_kg_text(states) if cfg.kg_format == "text" else 0.0
         # the exploration prompt, its answer started with the judgement fixed to Yes and `Thought:`
-        jobs = [_Job(s, ANSWER, rnd, self._exploration_prompt(s), prefill=answer_prefix()) for s in states]
+        jobs = [_Job(s, ANSWER, s.round, self._exploration_prompt(s), prefill=answer_prefix()) for s in states]
         calls, gen_dt = self._generate(jobs)
         dt += gen_dt
         for job, call in zip(jobs, calls):
@@ -331,12 +350,12 @@ class KnowTrace:
             calls.append(call)
         return calls, dt
 
-    def _search(self, queries: list[str], owners: list[_State], rnd: int) -> list[list[ScoredPassage]]:
+    def _search(self, queries: list[str], owners: list[_State]) -> list[list[ScoredPassage]]:
         """One batched search; a query the retriever refuses is recorded and finds nothing."""
         hits = []
         for q, s, found in zip(queries, owners, search_each(self._retriever, queries, self.config.passages)):
             if isinstance(found, RetrievalError):
-                s.traj.meta["events"].append({"round": rnd, "query": q, "event": f"retrieval error: {found}"})
+                s.traj.meta["events"].append({"round": s.round, "query": q, "event": f"retrieval error: {found}"})
                 found = []
             hits.append(found)
         return hits
