@@ -188,7 +188,7 @@ class SelfTrainConfig:
     eval_base: bool = field(
         default=True, metadata={"help": "evaluate the raw base on the dev questions (the baseline row of the report)"}
     )
-    chunk_size: int = field(default=16, metadata={"help": "questions in flight at once in rollouts and evaluations (KnowTrace starts the next as soon as one ends)"})
+    chunk_size: int = field(default=32, metadata={"help": "questions in flight at once in rollouts and evaluations (KnowTrace starts the next as soon as one ends)"})
     # `accelerate launch` without a config sets OMP_NUM_THREADS=1 on CPUs; the run sets its own.
     threads: int | None = field(
         default=None,

@@ -70,7 +70,7 @@ def run_rollouts(
     make_generator: Callable[[], Generator],
     retriever: Retriever,
     *,
-    chunk_size: int = 16,
+    chunk_size: int = 32,
     procs: Processes | None = None,
     iteration: int | None = None,
     desc: str = "rollout",
