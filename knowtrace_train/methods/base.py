@@ -58,14 +58,19 @@ class Strategy(Protocol):
     ) -> list[Trajectory]: ...
 
 
+def check_width(width: int | None) -> None:
+    """Refuse a count of questions in flight below 1 (None: all of them)."""
+    if width is not None and width < 1:
+        raise ValueError(f"width must be >= 1 (or None for all questions at once), got {width}")
+
+
 def run_strategy(strategy: Strategy, items: Sequence[QAItem], generator: Generator, retriever: Retriever, *,
                  width: int | None = None, on_done: Callable[[Trajectory], None] | None = None) -> list[Trajectory]:
     """`strategy` over `items`, at most `width` questions in flight at once (None: all). A strategy that
     pipelines (`pipelined = True`: its `run` takes `width` and admits the next question as soon as one
     finishes, as KnowTrace's does) gets every question in one run; any other runs them in consecutive
     groups of `width`, each group in lockstep until its last question ends."""
-    if width is not None and width < 1:
-        raise ValueError(f"width must be >= 1 (or None for all questions at once), got {width}")
+    check_width(width)
     if getattr(strategy, "pipelined", False):
         return strategy.run(items, generator, retriever, on_done=on_done, width=width)  # type: ignore[call-arg]
     step = width or max(1, len(items))

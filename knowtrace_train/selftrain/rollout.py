@@ -6,9 +6,9 @@ question as soon as one finishes, so its batches stay full; other methods run co
 file per process; a kill loses only the questions in flight, and a torn last line is dropped on reading).
 A resumed run reads every part file and runs only the questions missing there; every sampled call draws
 from its own seeded stream, and greedy decoding gives the same tokens in any batch up to fp32 rounding, so
-it gives the trajectories an uninterrupted run would, up to that rounding. Under several processes each takes every world-th question still
-to run. When every question is done, the main process writes `<out>` (scored trajectories, one per line,
-in question order) and removes the parts. Scoring and the summary are evaluate's (`summarize`).
+it gives the trajectories an uninterrupted run would, up to that rounding. Under several processes each
+takes every world-th question still to run. When every question is done, the main process writes `<out>`
+(scored trajectories, one per line, in question order) and removes the parts. Scoring and the summary are evaluate's (`summarize`).
 
 With `samples` G > 1 each question is tried G times: sample k runs the questions with the strategy seeded
 `sample_seed(seed, k)` (sample 0 keeps the strategy's own seed), so every call of every sample draws from its

@@ -8,9 +8,9 @@ question that finishes hands its place to the next waiting one at the end of the
 batches stay full instead of shrinking to the slowest questions of a fixed group (pipelined);
 without it every question starts together (lockstep rounds). A question's calls do not depend on
 its batch-mates: each sampled call draws from its own seeded stream, and greedy decoding gives the
-same tokens in any batch up to fp32 rounding (docs/selftrain.md, "Resuming"). A question stops when its exploration answers ("answered"),
-after `max_rounds` rounds ("max_rounds"), when a round adds no new triplet
-("no_progress"), or when exploration gives neither an answer nor a usable guidance pair
+same tokens in any batch up to fp32 rounding (docs/selftrain.md, "Resuming"). A question stops when
+its exploration answers ("answered"), after `max_rounds` rounds ("max_rounds"), when a round adds no
+new triplet ("no_progress"), or when exploration gives neither an answer nor a usable guidance pair
 ("no_guidance"); with `forced_answer` (the default) every stop without an answer ends
 with one forced answering call over the graph (without it, Algorithm 1 as written: no
 prediction). Model text never stops a run: unusable outputs are recorded on the call.
@@ -34,6 +34,7 @@ from typing import Callable, Sequence
 from knowtrace_train.data.schema import Passage, QAItem
 from knowtrace_train.generation.base import Completion, GenerationRequest, Generator, generate_each, request_seed
 from knowtrace_train.kg import GuidancePair, TracedTriplet
+from knowtrace_train.methods.base import check_width
 from knowtrace_train.methods.hints import trajectory_id
 from knowtrace_train.methods.knowtrace.config import ANSWER, COMPLETE, EXPLORE, KG_TO_TEXT, STRATEGY_NAME, KnowTraceConfig
 from knowtrace_train.methods.knowtrace.outputs import JUDGEMENT
@@ -106,8 +107,7 @@ class KnowTrace:
         """The questions' trajectories, in their order; `on_done` gets each as it finishes. `width`: the
         questions in flight at once (None: all of them)."""
         cfg = self.config
-        if width is not None and width < 1:
-            raise ValueError(f"width must be >= 1 (or None for all questions at once), got {width}")
+        check_width(width)
         states = [
             _State(
                 item=it,
