@@ -90,26 +90,29 @@ def run_rollouts(
     if len(set(ids)) != len(ids):
         raise ValueError("rollout questions must have distinct ids")
 
-    def keys(chunk: Sequence[QAItem]) -> list[tuple[str, int | None]]:
-        return [(it.id, k if samples > 1 else None) for it in chunk for k in range(samples)]
+    def key(question_id: str, k: int) -> tuple[str, int | None]:
+        return question_id, k if samples > 1 else None
 
+    def key_of(t: Trajectory) -> tuple[str, int | None]:
+        return t.question_id, sample_of(t.meta)
+
+    order = [key(it.id, k) for it in items for k in range(samples)]
     if out.is_file():
         whole = read_trajectories(out)
-        if [(t.question_id, sample_of(t.meta)) for t in whole] == keys(items):
+        if [key_of(t) for t in whole] == order:
             return whole
         raise ValueError(f"{out} holds other questions (or another number of samples) than this stage's; "
                          "remove it to rerun the stage")
 
     parts = parts_dir(out)
-    wanted = set(keys(items))
+    wanted = set(order)
     done: dict[tuple[str, int | None], Trajectory] = {}
     for part in sorted(parts.glob("*.jsonl")) if parts.is_dir() else []:
         for t in read_trajectories(part):
-            key = (t.question_id, sample_of(t.meta))
-            if key not in wanted:
+            if key_of(t) not in wanted:
                 raise ValueError(f"{part} holds other questions (or another number of samples) than this stage's "
-                                 f"({key[0]}); remove {parts} to rerun the stage")
-            done.setdefault(key, t)
+                                 f"({t.question_id}); remove {parts} to rerun the stage")
+            done.setdefault(key_of(t), t)
     method = get_method(strategy.name)
     mine_file = parts / f"rank{procs.rank}.jsonl"
     generator: Generator | None = None
@@ -117,9 +120,11 @@ def run_rollouts(
     if bar is not None and done:
         bar.update(len(done))
     local: list[Trajectory] = []
+    correct = 0.0
 
     def finished(k: int) -> Callable[[Trajectory], None]:
         def save(t: Trajectory) -> None:
+            nonlocal correct
             s = score(t.prediction, t.answers)
             t.em, t.f1, t.iteration = s["em"], s["f1"], iteration
             if samples > 1:
@@ -127,14 +132,15 @@ def run_rollouts(
                 t.meta = {**t.meta, "sample": k}
             append_jsonl(mine_file, t.to_dict())
             local.append(t)
+            correct += t.em or 0.0
             if bar is not None:
                 bar.update(1)
-                bar.set_postfix(em=f"{sum(x.em or 0 for x in local) / len(local):.3f}")  # over this run's
+                bar.set_postfix(em=f"{correct / len(local):.3f}")  # over this run's
         return save
 
     try:
         for k in range(samples):
-            todo = [it for it in items if (it.id, k if samples > 1 else None) not in done][procs.rank :: procs.world]
+            todo = [it for it in items if key(it.id, k) not in done][procs.rank :: procs.world]
             if not todo:
                 continue
             if generator is None:
@@ -148,8 +154,8 @@ def run_rollouts(
     for rank_rows in gathered:
         for d in rank_rows:
             t = Trajectory.from_dict(d)
-            done.setdefault((t.question_id, sample_of(t.meta)), t)
-    result = [done[key] for key in keys(items)]
+            done.setdefault(key_of(t), t)
+    result = [done[k] for k in order]
     if bar is not None:
         bar.close()
     if procs.is_main:
