@@ -62,3 +62,18 @@ def test_the_doctor_prints_a_table_and_ends_in_json_and_fails_only_on_a_failed_c
     assert doctor.main(["--out", str(tmp_path)]) == 1
     captured = capsys.readouterr()
     assert json.loads(captured.out.splitlines()[-1])["failed"] == 1 and "selftrain failed" in captured.err
+
+
+def test_skip_leaves_named_checks_out_and_refuses_an_unknown_name(monkeypatch, tmp_path, capsys):
+    ran = []
+    monkeypatch.setattr(doctor, "check_model", lambda state: ran.append("model") or {"detail": "m"})
+    monkeypatch.setattr(doctor, "check_train", lambda state: ran.append("train") or {"detail": "77 tokens/s"})
+    monkeypatch.setattr(doctor, "check_selftrain", lambda state, size, out: ran.append("selftrain") or {"detail": "r"})
+    assert doctor.main(["--out", str(tmp_path), "--skip", "train, selftrain"]) == 0
+    checks = {c["name"]: c for c in json.loads(capsys.readouterr().out.splitlines()[-1])["checks"]}
+    assert ran == ["model"] and len(checks) == 8
+    assert checks["train"]["status"] == checks["selftrain"]["status"] == "skipped"
+    assert checks["train"]["detail"] == "left out by --skip" and checks["model"]["status"] == "ok"
+    with pytest.raises(SystemExit):
+        doctor.main(["--out", str(tmp_path), "--skip", "trian"])
+    assert "no check named trian" in capsys.readouterr().err

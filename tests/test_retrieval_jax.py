@@ -106,7 +106,7 @@ def test_the_fake_jax_is_what_an_unguarded_bm25s_import_would_pick_up(tmp_path):
     """The stand-in is found and used by bm25s itself: otherwise the tests below prove nothing."""
     fake, log = fake_jax_site(tmp_path)
     proc = run_python(tmp_path, ["-c", "import bm25s.selection as s; print(s.JAX_IS_AVAILABLE)"], [fake],
-                      FAKE_JAX_LOG=str(log), PYTHONPATH="")
+                      FAKE_JAX_LOG=str(log))
     assert proc.stdout.strip() == "True"
     assert "jax.lax.top_k" in log.read_text().splitlines()
 

@@ -285,7 +285,8 @@ def test_one_record_per_pass_with_accumulation_trains_what_one_flattened_batch_t
     tokens, not per pass; only the shared-prefix pass computes fewer positions."""
     from safetensors.torch import load_file
 
-    common = dict(rank=4, dropout=0.0, learning_rate=1e-2, max_steps=1, logging_steps=1, seed=2)
+    # fp32 everywhere: bf16 (a GPU's `auto`) rounds each way's sums differently
+    common = dict(rank=4, dropout=0.0, learning_rate=1e-2, max_steps=1, logging_steps=1, seed=2, precision="fp32")
     records = _records(3) + [{"prompt": PROMPT, "completion": COMPLETION, "role": "complete"}]
     ways = {
         "flat": dict(per_device_batch_size=4, gradient_accumulation_steps=1, share_prefixes=False),
@@ -296,7 +297,10 @@ def test_one_record_per_pass_with_accumulation_trains_what_one_flattened_batch_t
                                 role="complete") for name, way in ways.items()}
     assert len({(r.tokens, r.steps) for r in results.values()}) == 1 and results["flat"].steps == 1
     assert results["passes"].computed_tokens == results["flat"].computed_tokens == results["flat"].tokens
-    assert results["shared"].computed_tokens < results["flat"].tokens
+    if torch.cuda.is_available():  # GPUs keep the padding-free batch: share_prefixes runs on CPUs only
+        assert results["shared"].computed_tokens == results["flat"].tokens
+    else:
+        assert results["shared"].computed_tokens < results["flat"].tokens
     info = read_training_info(tmp_path / "shared")["config"]
     assert (info["per_device_batch_size"], info["gradient_accumulation_steps"]) == (4, 1)
     adapters = {name: load_file(tmp_path / name / "adapter_model.safetensors") for name in ways}
@@ -672,5 +676,8 @@ def test_grouped_passes_train_every_record_once_in_fewer_positions(tiny_model_di
     results = {n: train_role(tiny_model_dir, records, tmp_path / str(n), LoraTrainConfig(group_prefix_tokens=n, **common),
                              role="x") for n in (0, 24)}
     assert results[0].tokens == results[24].tokens and results[0].steps == results[24].steps == 4
-    assert results[24].computed_tokens < results[0].computed_tokens
+    if torch.cuda.is_available():  # no pass shares a prefix on a GPU, so grouping is left off (a plain shuffle)
+        assert results[24].computed_tokens == results[0].computed_tokens == results[0].tokens
+    else:
+        assert results[24].computed_tokens < results[0].computed_tokens
     assert read_training_info(tmp_path / "24")["config"]["group_prefix_tokens"] == 24
