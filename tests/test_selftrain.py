@@ -512,6 +512,29 @@ def test_threads_default_to_the_cores_shared_among_local_processes(monkeypatch, 
         load_config(SelfTrainConfig, None, ["--threads", "0"])
 
 
+def test_a_passive_wait_policy_with_several_threads_is_warned_of(monkeypatch, tmp_path, tiny_model_dir, caplog):
+    import torch
+
+    before = torch.get_num_threads()
+    cfg = load_config(SelfTrainConfig, None, tiny_overrides(tmp_path, tiny_model_dir))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    warned = []
+    try:
+        for threads, policy in ((2, "passive"), (1, "PASSIVE"), (2, None), (2, "ACTIVE")):
+            cfg.threads = threads
+            if policy is None:
+                monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+            else:
+                monkeypatch.setenv("OMP_WAIT_POLICY", policy)
+            caplog.clear()
+            with caplog.at_level("WARNING", logger="knowtrace_train.selftrain.loop"):
+                SelfTrain(cfg, progress=False)._set_threads()
+            warned.append(any("OMP_WAIT_POLICY=PASSIVE with 2 torch threads" in r.getMessage() for r in caplog.records))
+    finally:
+        torch.set_num_threads(before)
+    assert warned == [True, False, False, False]
+
+
 def test_rollout_samples_settings_are_checked_before_any_work(tmp_path):
     """G > 1 samples need a temperature above 0; the numbers must be numbers; a greedy-only method has no
     rollout temperature. Each is a config error naming the key."""

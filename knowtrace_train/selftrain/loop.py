@@ -204,6 +204,11 @@ class SelfTrain(Bootstrap, Reuse, AdapterTraining):
         if torch.get_num_threads() != n:
             log.info("torch threads: %d (was %d; config threads: %s)", n, torch.get_num_threads(), self.config.threads)
             torch.set_num_threads(n)
+        if n > 1 and os.environ.get("OMP_WAIT_POLICY", "").strip().upper() == "PASSIVE" and not torch.cuda.is_available():
+            log.warning("OMP_WAIT_POLICY=PASSIVE with %d torch threads: every parallel region wakes sleeping threads, "
+                        "which slowed a run alone on its cores (2-core EPYC: training 1.95x, decoding 1.31x; "
+                        "docs/training.md). Unset it here; where other jobs share the cores, keep it and run one "
+                        "thread per process (--threads 1, or torchrun)", n)
 
     def _emit(self, m: dict[str, Any]) -> None:
         if self.on_metrics is not None and self.procs.is_main:
