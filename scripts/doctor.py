@@ -107,11 +107,13 @@ def check_model(state: dict) -> dict:
 def check_cuda_tests(state: dict) -> dict:
     if state.get("device") != "cuda":
         raise Skip("no GPU: the CPU suite is `python -m pytest`")
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *CUDA_TESTS]
-    r = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, check=False)
+    # short tracebacks, and summary lines wide enough to keep each failure's message (pytest cuts them to the
+    # terminal's width, 80 columns when captured): the kept tail names every failed test and why
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--tb=short", *CUDA_TESTS]
+    r = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, check=False, env={**os.environ, "COLUMNS": "240"})
     last = (r.stdout.strip().splitlines() or ["(no output)"])[-1]
     if r.returncode:
-        raise RuntimeError(f"pytest exit {r.returncode}: {last}\n{r.stdout[-3000:]}")
+        raise RuntimeError(f"pytest exit {r.returncode}: {last}\n{r.stdout[-6000:]}")
     return {"detail": f"{' '.join(CUDA_TESTS)}: {last}"}
 
 
