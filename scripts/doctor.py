@@ -208,7 +208,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--keep", action="store_true", help="keep the temporary folder")
     ap.add_argument("--skip", default="", help="comma-separated checks to leave out (e.g. cuda_tests,selftrain)")
     args = ap.parse_args(argv)
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="knowtrace_doctor_"))
     out.mkdir(parents=True, exist_ok=True)
     state: dict[str, Any] = {}
