@@ -196,6 +196,8 @@ class SelfTrain(Bootstrap, Reuse, AdapterTraining):
         CPUs, which left one of two cores idle in the default run."""
         import torch
 
+        from knowtrace_train.train.precision import training_device
+
         n = self.config.threads
         if n is None:
             cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
@@ -204,7 +206,7 @@ class SelfTrain(Bootstrap, Reuse, AdapterTraining):
         if torch.get_num_threads() != n:
             log.info("torch threads: %d (was %d; config threads: %s)", n, torch.get_num_threads(), self.config.threads)
             torch.set_num_threads(n)
-        if n > 1 and os.environ.get("OMP_WAIT_POLICY", "").strip().upper() == "PASSIVE" and not torch.cuda.is_available():
+        if n > 1 and os.environ.get("OMP_WAIT_POLICY", "").strip().upper() == "PASSIVE" and training_device() == "cpu":
             log.warning("OMP_WAIT_POLICY=PASSIVE with %d torch threads: every parallel region wakes sleeping threads, "
                         "which slowed a run alone on its cores (2-core EPYC: training 1.95x, decoding 1.31x; "
                         "docs/training.md). Unset it here; where other jobs share the cores, keep it and run one "
