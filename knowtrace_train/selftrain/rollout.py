@@ -109,10 +109,11 @@ def run_rollouts(
     done: dict[tuple[str, int | None], Trajectory] = {}
     for part in sorted(parts.glob("*.jsonl")) if parts.is_dir() else []:
         for t in read_trajectories(part):
-            if key_of(t) not in wanted:
+            k = key_of(t)
+            if k not in wanted:
                 raise ValueError(f"{part} holds other questions (or another number of samples) than this stage's "
                                  f"({t.question_id}); remove {parts} to rerun the stage")
-            done.setdefault(key_of(t), t)
+            done.setdefault(k, t)
     method = get_method(strategy.name)
     mine_file = parts / f"rank{procs.rank}.jsonl"
     generator: Generator | None = None
