@@ -25,9 +25,12 @@ def load_with_adapters(model, adapters: dict[str, str]):
 
     items = [(role, check_adapter_dir(role, path)) for role, path in adapters.items()]
     role, path = items[0]
-    peft_model = PeftModel.from_pretrained(model, str(path), adapter_name=role, is_trainable=False)
+    # low_cpu_mem_usage: the LoRA weights are made empty and then loaded, not initialised at random first, so
+    # loading draws nothing from torch's global generator (an evaluation beside a training must not move it)
+    peft_model = PeftModel.from_pretrained(model, str(path), adapter_name=role, is_trainable=False,
+                                           low_cpu_mem_usage=True)
     for role, path in items[1:]:
-        peft_model.load_adapter(str(path), adapter_name=role, is_trainable=False)
+        peft_model.load_adapter(str(path), adapter_name=role, is_trainable=False, low_cpu_mem_usage=True)
     return peft_model
 
 
@@ -45,5 +48,6 @@ def merged_copy(model, role: str, path: str | Path):
 
     dtype = next(model.parameters()).dtype
     base = copy.deepcopy(model).to(torch.float32)
-    merged = PeftModel.from_pretrained(base, str(check_adapter_dir(role, path)), is_trainable=False).merge_and_unload()
+    merged = PeftModel.from_pretrained(base, str(check_adapter_dir(role, path)), is_trainable=False,
+                                       low_cpu_mem_usage=True).merge_and_unload()  # as in load_with_adapters
     return merged.to(dtype).eval()

@@ -45,6 +45,7 @@ from knowtrace_train.generation.prefix import (
     plan_prefix_groups,
     register_attention,
 )
+from knowtrace_train.threads import follow as follow_threads
 from knowtrace_train.generation.prepare import (
     PreparedRequest,
     PromptPreparer,
@@ -203,6 +204,7 @@ class TransformersGenerator(GeneratorBase):
 
     def generate(self, requests: Sequence[GenerationRequest]) -> list[Completion]:
         self._check_open()
+        follow_threads()  # the threads an evaluation beside this call's stage has given back (threads.py)
         prepared = self.preparer.prepare(requests)
         results: list[Completion | None] = [None] * len(prepared)
         by_adapter: dict[str | None, list[PreparedRequest]] = defaultdict(list)

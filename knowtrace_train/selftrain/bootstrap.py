@@ -50,10 +50,7 @@ class Bootstrap:
         if not bootstrap:
             self._write_m0(str(self.base_path), bootstrapped=False)
             return self.raw_base()
-        m, state = self._bootstrap()
-        metrics.append(m)
-        self._emit(m)
-        return state
+        return self._bootstrap(metrics)
 
     def _probe(self) -> bool:
         """Bootstrap "auto": whether the raw base answers too few of the first train questions."""
@@ -67,7 +64,8 @@ class Bootstrap:
                  info["em"], info["questions"], cfg.bootstrap.min_em, "bootstrapping" if need else "no bootstrap")
         return need
 
-    def _bootstrap(self) -> tuple[dict[str, Any], ModelState]:
+    def _bootstrap(self, metrics: list[dict[str, Any]]) -> ModelState:
+        """M0, trained and merged; its metrics go to `metrics` once it is evaluated (`SelfTrain._evaluate`)."""
         cfg = self.config
         folder = self.run_dir / "iter_0"
         gold = self.stages.run(folder, "gold", lambda: self._gold(folder))
@@ -106,27 +104,31 @@ class Bootstrap:
         if not (Path(state.model) / "config.json").is_file():
             raise ValueError(f"M0 of this run, {state.model} (m0.json), is gone or incomplete (a cleared reuse "
                              f"cache?); remove {folder / 'DONE.merge'} and the train_* markers beside it to rebuild it")
-        ev = self._eval(folder, state, cfg.strategy.seed, 0)
-        m = {
-            "iteration": 0,
-            "model": "M0 (bootstrapped)",
-            "gold": gold,
-            "sft_records": {k: len(v) for k, v in records.items()},
-            "sft_records_per_adapter": {a: len(r) for a, r in self._records_per_adapter(records).items()},
-            "train": train_info,
-            "eval": ev,
-            # M0 against the raw base on the dev questions (None where the base was not evaluated)
-            "vs_base": self._compare("base", self.run_dir / "base", folder),
-            "seconds": {
-                "gold": gold["seconds"],
-                "train": sum(t["seconds"] for t in train_info.values()),
-                "merge": merge["seconds"],
-                "eval": ev["seconds"],
-            },
-        }
-        if self.procs.is_main:
-            write_json(folder / "metrics.json", m)
-        return m, state
+
+        def finish(ev: dict[str, Any] | None) -> dict[str, Any]:
+            m = {
+                "iteration": 0,
+                "model": "M0 (bootstrapped)",
+                "gold": gold,
+                "sft_records": {k: len(v) for k, v in records.items()},
+                "sft_records_per_adapter": {a: len(r) for a, r in self._records_per_adapter(records).items()},
+                "train": train_info,
+                "eval": ev,
+                # M0 against the raw base on the dev questions (None where the base was not evaluated)
+                "vs_base": self._compare("base", self.run_dir / "base", folder),
+                "seconds": {
+                    "gold": gold["seconds"],
+                    "train": sum(t["seconds"] for t in train_info.values()),
+                    "merge": merge["seconds"],
+                    "eval": ev["seconds"],
+                },
+            }
+            if self.procs.is_main:
+                write_json(folder / "metrics.json", m)
+            return m
+
+        self._evaluate(folder, state, cfg.strategy.seed, 0, finish, metrics, last=cfg.iterations == 0)
+        return state
 
     def _gold(self, folder: Path) -> dict[str, Any]:
         cfg = self.config

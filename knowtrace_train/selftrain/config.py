@@ -18,6 +18,7 @@ from knowtrace_train.generation import GeneratorConfig, check_generator_installe
 from knowtrace_train.methods import METHODS, Method, StrategyConfig, get_method
 from knowtrace_train.methods.knowtrace import KnowTraceConfig, MaxNewTokensConfig
 from knowtrace_train.retrieval import RetrieverConfig, check_retriever_installed
+from knowtrace_train.selftrain.beside import check_beside
 from knowtrace_train.train.config import GRPOSettings, KTOSettings, gradient_accumulation_for, launched_processes
 from knowtrace_train.train.lora import LoraTrainConfig, check_qlora
 from knowtrace_train.train.precision import training_device
@@ -234,6 +235,10 @@ class SelfTrainConfig:
         default_factory=dict,
         metadata={"help": "hyper-parameter search: dotted key -> values; every combination runs in <run folder>/<point>"},
     )
+    eval_beside: bool | None = field(default=None, metadata={"help": (
+        "evaluate each model on a worker thread beside the next stages (the raw base beside the bootstrap, M(z) beside "
+        "iteration z+1's rollouts and training) on half the threads, with the same outputs; null: on for one process "
+        "on a CPU with the transformers backend and 2+ threads")})
     reuse: bool = field(default=True, metadata={"help": (
         "take the raw base's evaluation and probe, M0, M0's evaluation and iteration 1's rollouts from the cache "
         "home ($KNOWTRACE_CACHE/runs) when a run made them from the same inputs; false: compute everything")})
@@ -283,6 +288,7 @@ class SelfTrainConfig:
         if self.mode in PREFERENCE_MODES and self.train.prompt_format != "chat":
             raise ValueError(f"mode: {self.mode} needs train.prompt_format: chat (TRL tokenizes a plain prompt and its "
                              "completion as one text, and their tokens merge across the boundary)")
+        check_beside(self.eval_beside, launched_processes(), self.generator.backend)
         self._check_rollout()
         self._check_grpo()
         check_retriever_installed(self.retriever)

@@ -30,7 +30,8 @@ Every file is written to a temporary name and renamed; a stage whose marker exis
 so a killed run started again with the same config continues at the first unfinished stage. With
 `reuse`, the stages that depend neither on the mode, the iterations nor `train.*` (the base's evaluation
 and probe, M0, M0's evaluation, iteration 1's rollouts) come from the cache home when a run on this
-machine computed them from the same inputs (reuse.py).
+machine computed them from the same inputs (reuse.py). With `eval_beside` (on by default for one CPU process)
+each model's dev evaluation runs on a worker thread beside the next stages, with the same outputs (beside.py).
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ from knowtrace_train.io import write_json, write_jsonl
 from knowtrace_train.methods import Method, StrategyConfig, get_method
 from knowtrace_train.pairing import compare_evals
 from knowtrace_train.metrics import question_kind
+from knowtrace_train.selftrain.beside import Evaluations, beside_threads
 from knowtrace_train.selftrain.bootstrap import Bootstrap
 from knowtrace_train.selftrain.config import SelfTrainConfig, evaluates, learning_mode
 from knowtrace_train.selftrain.folder import check_same_config, run_config_text
@@ -105,7 +107,7 @@ def select_questions(config: SelfTrainConfig, bootstrap: bool) -> Questions:
 # -- the run ----------------------------------------------------------------------------------------
 
 
-class SelfTrain(Bootstrap, Reuse, AdapterTraining):
+class SelfTrain(Bootstrap, Reuse, AdapterTraining, Evaluations):
     """One self-training run in its folder. `run()` walks every stage, skipping the finished ones."""
 
     def __init__(
@@ -172,26 +174,33 @@ class SelfTrain(Bootstrap, Reuse, AdapterTraining):
         """Every stage in order; returns the summary (also written to summary.json)."""
         cfg = self.config
         t0 = time.perf_counter()
-        self._set_threads()
+        threads = self._set_threads()
         self._prepare_folder()
+        self._beside = beside_threads(cfg.eval_beside, threads, self.procs.world, cfg.generator.backend,
+                                      self._generator_device())
+        self._threads, self._pending = threads, None
         metrics: list[dict[str, Any]] = []
-        if cfg.eval_base:
-            metrics.append(self._base_eval())
-        m0 = self._m0(metrics)
-        state = m0
-        for z in range(1, cfg.iterations + 1):
-            m, state, stop = self._iteration(z, state, m0)
-            metrics.append(m)
-            self._emit(m)
-            self._write_summary(metrics)
-            if stop:
-                break
+        try:
+            if cfg.eval_base:  # beside the bootstrap (or the first iteration)
+                self._evaluate(self.run_dir / "base", self.raw_base(), cfg.strategy.seed, None, self._base_metrics,
+                               metrics, last=cfg.iterations == 0 and cfg.bootstrap.mode == "never")
+            m0 = self._m0(metrics)
+            state = m0
+            for z in range(1, cfg.iterations + 1):
+                state, stop = self._iteration(z, state, m0, metrics)
+                if stop:
+                    break
+            self._finish_pending(metrics)
+        except BaseException as e:
+            if self._pending is not None and not isinstance(e, KeyboardInterrupt):
+                self._pending[0].wait_quietly()  # nothing of this run writes after it has failed
+            raise
         summary = self._write_summary(metrics)
         log.info("run finished in %.1fs (this invocation)", time.perf_counter() - t0)
         return summary
 
-    def _set_threads(self) -> None:
-        """torch threads per process: `threads`, or the cores this process may use divided among the
+    def _set_threads(self) -> int:
+        """torch threads per process (returned): `threads`, or the cores this process may use divided among the
         processes on this machine. `accelerate launch` without a config sets OMP_NUM_THREADS=1 on
         CPUs, which left one of two cores idle in the default run."""
         import torch
@@ -211,6 +220,7 @@ class SelfTrain(Bootstrap, Reuse, AdapterTraining):
                         "which slowed a run alone on its cores (2-core EPYC: training 1.95x, decoding 1.31x; "
                         "docs/training.md). Unset it here; where other jobs share the cores, keep it and run one "
                         "thread per process (--threads 1, or torchrun)", n)
+        return n
 
     def _emit(self, m: dict[str, Any]) -> None:
         if self.on_metrics is not None and self.procs.is_main:
@@ -264,15 +274,18 @@ class SelfTrain(Bootstrap, Reuse, AdapterTraining):
             return rollout_strategy_config(self.config, state, seed), self.config.rollout.samples
         return self.strategy_config(state, seed), 1
 
-    def _rollout(self, state: ModelState, items: Sequence[QAItem], out: Path, seed: int, desc: str,
-                 iteration: int | None, rollout: bool = False) -> dict[str, Any]:
+    def build_generator(self, state: ModelState):
+        """The generator of `state` (`make_generator`, else the configured backend)."""
         from knowtrace_train.generation import build_generator
 
-        gen_cfg = self.generator_config(state)
-        make = self.make_generator or build_generator
+        return (self.make_generator or build_generator)(self.generator_config(state))
+
+    def _rollout(self, state: ModelState, items: Sequence[QAItem], out: Path, seed: int, desc: str,
+                 iteration: int | None, rollout: bool = False, generator=None) -> dict[str, Any]:
         strategy, samples = self.sampling(state, seed, rollout)
         trajs = run_rollouts(
-            items, out, strategy, lambda: make(gen_cfg), self.retriever,
+            items, out, strategy, (lambda: generator) if generator is not None else lambda: self.build_generator(state),
+            self.retriever,
             chunk_size=self.config.chunk_size, procs=self.procs, iteration=iteration, desc=desc,
             progress=self.progress, samples=samples,
         )
@@ -300,20 +313,27 @@ class SelfTrain(Bootstrap, Reuse, AdapterTraining):
 
     def _rollout_stage(self, folder: Path, name: str, stage: str, state: ModelState, items: Sequence[QAItem],
                        filename: str, seed: int, desc: str, iteration: int | None,
-                       rollout: bool = False) -> dict[str, Any]:
+                       rollout: bool = False, generator=None) -> dict[str, Any]:
         """A rollout as a stage of `folder` (`rollout`: an iteration's, with `rollout.*`; else an evaluation);
         taken from the reuse cache (stage `stage`) where `state` is the raw base or M0 and a run made the
-        same trajectories already (see reuse.py)."""
+        same trajectories already (see reuse.py). `generator`: one built already (else built when needed)."""
+        inputs = self.rollout_inputs(state, items, seed, iteration, rollout)
+        return self.reusable_stage(folder, name, stage, inputs, lambda: self._rollout(
+            state, items, folder / filename, seed, desc, iteration, rollout, generator), [filename])
+
+    def rollout_inputs(self, state: ModelState, items: Sequence[QAItem], seed: int, iteration: int | None,
+                       rollout: bool = False) -> Callable[[], Mapping[str, Any] | None]:
+        """What a rollout's reuse key knows (None: a model with adapters, never shared)."""
         def inputs():
             model = self.weights_identity(state)
             return None if model is None else self.generation_inputs(model, items, state, seed, iteration, rollout)
 
-        return self.reusable_stage(folder, name, stage, inputs, lambda: self._rollout(
-            state, items, folder / filename, seed, desc, iteration, rollout), [filename])
+        return inputs
 
-    def _eval(self, folder: Path, state: ModelState, seed: int, iteration: int | None) -> dict[str, Any]:
+    def _eval(self, folder: Path, state: ModelState, seed: int, iteration: int | None,
+              generator=None) -> dict[str, Any]:
         return self._rollout_stage(folder, "eval", "eval", state, self.questions.dev, "eval.jsonl", seed,
-                                   f"{folder.name} dev eval", iteration)
+                                   f"{folder.name} dev eval", iteration, generator=generator)
 
     def _compare(self, against: str, a_folder: Path, b_folder: Path) -> dict[str, Any] | None:
         """The model evaluated in `b_folder` against the one in `a_folder` (named `against`) on the
@@ -337,13 +357,10 @@ class SelfTrain(Bootstrap, Reuse, AdapterTraining):
     def raw_base(self) -> ModelState:
         return ModelState(name="base", model=self.config.generator.model)
 
-    def _base_eval(self) -> dict[str, Any]:
-        folder = self.run_dir / "base"
-        ev = self._eval(folder, self.raw_base(), self.config.strategy.seed, None)
+    def _base_metrics(self, ev: dict[str, Any] | None) -> dict[str, Any]:
         m = {"iteration": "base", "model": "base", "eval": ev, "seconds": {"eval": ev["seconds"]}}
         if self.procs.is_main:
-            write_json(folder / "metrics.json", m)
-        self._emit(m)
+            write_json(self.run_dir / "base" / "metrics.json", m)
         return m
 
     # -- one iteration ----------------------------------------------------------------------------
@@ -354,7 +371,10 @@ class SelfTrain(Bootstrap, Reuse, AdapterTraining):
             out.setdefault(adapter, []).extend(records.get(kind, []))
         return out
 
-    def _iteration(self, z: int, prev: ModelState, m0: ModelState) -> tuple[dict[str, Any], ModelState, bool]:
+    def _iteration(self, z: int, prev: ModelState, m0: ModelState,
+                   metrics: list[dict[str, Any]]) -> tuple[ModelState, bool]:
+        """Iteration z's stages; its metrics go to `metrics` once M(z) is evaluated (see `_evaluate`).
+        Returns M(z) and whether the run stops here."""
         cfg = self.config
         folder = self.run_dir / f"iter_{z}"
         seed = cfg.strategy.seed + z
@@ -389,12 +409,6 @@ class SelfTrain(Bootstrap, Reuse, AdapterTraining):
         else:
             state = ModelState(name=f"M{z}", model=m0.model, adapters=adapters,
                                trained=m0.trained | frozenset(adapters))
-        evaluated = not stop and evaluates(z, cfg.iterations, cfg.eval_every)
-        ev = self._eval(folder, state, seed, z) if evaluated else None
-        vs_m0 = vs_prev = None
-        if ev is not None:
-            vs_m0 = self._compare(m0.name, self.m0_folder(m0), folder)
-            vs_prev = vs_m0 if z == 1 else self._compare(prev.name, self.run_dir / f"iter_{z - 1}", folder)
         m = {
             "iteration": z,
             "model": state.name,
@@ -404,20 +418,30 @@ class SelfTrain(Bootstrap, Reuse, AdapterTraining):
             "sft_records": {a: len(r) for a, r in groups.items()},
             "train": train_info,
             "adapters": {a: run_relative(self.run_dir, p) for a, p in adapters.items()},
-            "eval": ev,
-            "vs_m0": vs_m0,
-            "vs_previous": vs_prev,
-            "seconds": {
+        }
+
+        def finish(ev: dict[str, Any] | None) -> dict[str, Any]:
+            vs_m0 = vs_prev = None
+            if ev is not None:
+                vs_m0 = self._compare(m0.name, self.m0_folder(m0), folder)
+                vs_prev = vs_m0 if z == 1 else self._compare(prev.name, self.run_dir / f"iter_{z - 1}", folder)
+            m.update({"eval": ev, "vs_m0": vs_m0, "vs_previous": vs_prev, "seconds": {
                 "rollout": roll["seconds"],
                 "rationalize": bt["seconds"],
                 "train": sum(t["seconds"] for t in train_info.values()),
                 "eval": ev["seconds"] if ev else 0.0,
-            },
-        }
-        if self.procs.is_main:
-            write_json(folder / "metrics.json", m)
-        self.procs.barrier()
-        return m, state, stop
+            }})
+            if self.procs.is_main:
+                write_json(folder / "metrics.json", m)
+            self.procs.barrier()
+            return m
+
+        if not stop and evaluates(z, cfg.iterations, cfg.eval_every):
+            self._evaluate(folder, state, seed, z, finish, metrics, last=z == cfg.iterations)
+        else:
+            self._finish_pending(metrics)
+            self._record(finish(None), metrics)
+        return state, stop
 
     def _rationalize(self, folder: Path, z: int) -> dict[str, Any]:
         """Correct rollouts -> sft_<kind>.jsonl with the rationalizer `mode` names, and rationale.json."""

@@ -337,6 +337,15 @@ class Reuse:
                     log.info("reused %s from %s", label, entry.path)
         return entry, self.procs.broadcast(cached)
 
+    def served_from_cache(self, stage: str, inputs: Callable[[], Mapping[str, Any] | None]) -> bool:
+        """Whether `reusable_stage` would take the stage from the cache (looked at only: nothing logged or removed)."""
+        cache = self.reuse_cache
+        got = inputs() if cache is not None and self.procs.is_main else None
+        if got is None:
+            return False
+        entry = cache.entry(stage, got)
+        return entry.path.exists() and entry.problem() is None
+
     def reusable_stage(self, folder: Path, name: str, stage: str, inputs: Callable[[], Mapping[str, Any] | None],
                        body: Callable[[], dict[str, Any]], files: Sequence[str]) -> dict[str, Any]:
         """`self.stages.run(folder, name, body)`, where `files` (names in `folder`) are taken from the

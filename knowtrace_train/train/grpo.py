@@ -38,6 +38,7 @@ from knowtrace_train.train.config import (
     common_args,
     launched_processes,
 )
+from knowtrace_train.threads import follow as follow_threads
 from knowtrace_train.trajectory import Trajectory, is_correct
 
 logger = logging.getLogger(__name__)
@@ -203,6 +204,10 @@ def rows_trainer_class():
             super().__init__(*args, **kwargs)
             self.seen_tokens = 0
             self.seen_completion_tokens = 0
+
+        def training_step(self, *args, **kwargs):
+            follow_threads()  # the threads an evaluation beside this training has given back (threads.py)
+            return super().training_step(*args, **kwargs)
 
         def get_train_dataloader(self):
             """Every batch is all the rows, in one seeded order; TRL's `_prepare_inputs` keeps the first and

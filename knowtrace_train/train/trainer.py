@@ -6,6 +6,9 @@ tokens that a batch's records share run once (`shared_prefix_loss`), each batch 
 from __future__ import annotations
 
 
+from knowtrace_train.threads import follow as follow_threads
+
+
 def counting_trainer_class(kind: str = "sft", share_prefixes: bool = False):
     """TRL's SFTTrainer (`kind` "sft") or KTOTrainer ("kto") counting the non-pad tokens, the loss-carrying
     tokens and the positions its forward passes computed (pad included; a shared prefix once) of every batch it
@@ -46,6 +49,7 @@ def counting_trainer_class(kind: str = "sft", share_prefixes: bool = False):
             return GroupedPassSampler(groups, self.args.per_device_train_batch_size, self.args.seed)
 
         def training_step(self, model, inputs, num_items_in_batch=None):
+            follow_threads()  # the threads an evaluation beside this training has given back (threads.py)
             if "attention_mask" in inputs:
                 self.seen_tokens += int(inputs["attention_mask"].sum())
             else:  # padding-free: one flattened row, no pad tokens (pad_to_multiple_of is None)

@@ -1,0 +1,139 @@
+"""A model's dev evaluation on a worker thread beside the loop's next stages (`eval_beside`).
+
+The evaluation of M(z) needs nothing of iteration z+1, whose rollouts and training need nothing of it;
+the raw base's evaluation needs nothing of the bootstrap. On a CPU these stages use two threads poorly:
+on the 2-core EPYC one thread decoded nearly as fast as two (324 against 302 ms a step at 32 rows), and
+two decoding streams beside each other, one thread each, made 1.41x the rows per second of one stream on
+two threads (docs/training.md, "Threads"). So the loop runs each evaluation on a worker thread with half
+the process's threads, the next stages on the main thread with the other half (`threads.ThreadShare`:
+the main thread takes them all back once the evaluation has ended), and finishes the model's row when the
+next evaluation is due, so rows come in order. Outputs are the same either way (tests/test_beside.py).
+
+Off under several processes (the stages meet at barriers), with the vLLM backend (one engine per GPU)
+and on GPUs (not measured); `eval_beside: true` asks for it on a GPU with the transformers backend.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from pathlib import Path
+from typing import Any, Callable
+
+from knowtrace_train.config import ConfigError
+from knowtrace_train.stages import is_done
+from knowtrace_train.threads import SHARE
+
+log = logging.getLogger(__name__)
+
+
+def beside_threads(setting: bool | None, threads: int, processes: int, backend: str, device: str) -> int:
+    """Threads lent to an evaluation beside the next stages (0: evaluations run in turn). `setting` is the
+    config's `eval_beside` (None: on for one process decoding with the transformers backend on a CPU with
+    two or more threads), `threads` the process's torch threads, `device` where the generator runs."""
+    if setting is False or processes > 1 or backend == "vllm":  # eval_beside: true is refused there (config)
+        return 0
+    if setting is True:
+        return max(1, threads // 2)
+    return threads // 2 if device == "cpu" and threads >= 2 else 0
+
+
+def check_beside(setting: bool | None, processes: int, backend: str) -> None:
+    """`eval_beside: true` where it cannot be: a ConfigError naming why."""
+    if setting is not True:
+        return
+    if processes > 1:
+        raise ConfigError(f"eval_beside: true needs one process (launched as {processes}): the stages of "
+                          "several processes meet at barriers")
+    if backend == "vllm":
+        raise ConfigError("eval_beside: true needs generator.backend: transformers (vLLM runs one engine per GPU)")
+
+
+class BesideJob:
+    """`body()` on a daemon worker thread with `threads` torch threads lent by the main thread."""
+
+    def __init__(self, body: Callable[[], Any], total: int, threads: int, name: str) -> None:
+        self.name = name
+        self._result: Any = None
+        self._error: BaseException | None = None
+        self.threads = SHARE.lend(total, threads)
+        log.info("%s: beside the next stages on %d of %d threads", name, self.threads, total)
+        self._thread = threading.Thread(target=self._run, args=(body,), name=name, daemon=True)
+        self._thread.start()
+
+    def _run(self, body: Callable[[], Any]) -> None:
+        import torch
+
+        try:
+            torch.set_num_threads(self.threads)
+            self._result = body()
+        except BaseException as e:  # raised again on the main thread by result()
+            self._error = e
+        finally:
+            SHARE.give_back()
+
+    def result(self) -> Any:
+        """Wait for the job; its result, or its exception raised here. The main thread takes its threads back."""
+        self._thread.join()
+        SHARE.follow()
+        if self._error is not None:
+            raise self._error
+        return self._result
+
+    def wait_quietly(self) -> None:
+        """Let a job end without its result (the main thread is failing already): no stage writes after the run."""
+        self._thread.join()
+        SHARE.follow()
+
+
+class Evaluations:
+    """The dev evaluations of SelfTrain (a mixin): in turn, or each beside the next stages."""
+
+    #: threads lent to an evaluation beside the next stages (0: in turn), the process's threads, and the
+    #: evaluation running beside with the function that finishes its model's metrics (set by `run`)
+    _beside = 0
+    _threads = 1
+    _pending: tuple[BesideJob, Callable[[dict[str, Any] | None], dict[str, Any]]] | None = None
+
+    def _generator_device(self) -> str:
+        from knowtrace_train.generation.hf import pick_device
+
+        return str(pick_device(self.config.generator.device).type)
+
+    def _evaluate(self, folder: Path, state, seed: int, iteration: int | None,
+                  finish: Callable[[dict[str, Any] | None], dict[str, Any]], metrics: list[dict[str, Any]],
+                  last: bool = False) -> None:
+        """Evaluate `state` on the dev questions; `finish(eval figures)` makes the model's metrics (written),
+        then recorded in `metrics`, shown and summarized. With `eval_beside` it runs on a worker thread beside
+        the next stages and is finished when the next model's is due (the previous one first: rows in order);
+        the `last` evaluation, which no stage follows, runs on the main thread with every thread."""
+        self._finish_pending(metrics)
+        body = lambda: self._eval(folder, state, seed, iteration)
+        if (not self._beside or last or is_done(folder, "eval")
+                or self.served_from_cache("eval", self.rollout_inputs(state, self.questions.dev, seed, iteration))):
+            self._record(finish(body()), metrics)
+            return
+        # what the worker would otherwise build lazily, beside the main thread's use of it; and its generator:
+        # loading models is not thread-safe (transformers patches torch.nn while it loads), and here the load
+        # draws from torch's global generator at the point of the run where evaluations in turn draw
+        _ = self.retriever, self.base_path, self.reuse_cache is not None and self.corpus_fingerprint()
+        generator = self.build_generator(state)
+
+        def beside() -> dict[str, Any]:
+            try:
+                return self._eval(folder, state, seed, iteration, generator=generator)
+            finally:
+                generator.close()  # where the stage came from the reuse cache, or every question was done
+
+        self._pending = (BesideJob(beside, self._threads, self._beside, f"{folder.name} dev eval"), finish)
+
+    def _finish_pending(self, metrics: list[dict[str, Any]]) -> None:
+        if self._pending is not None:
+            job, finish = self._pending
+            self._pending = None
+            self._record(finish(job.result()), metrics)
+
+    def _record(self, m: dict[str, Any], metrics: list[dict[str, Any]]) -> None:
+        metrics.append(m)
+        self._emit(m)
+        self._write_summary(metrics)

@@ -1,0 +1,164 @@
+"""Evaluations beside the next stages (`eval_beside`, selftrain/beside.py) and the thread share (threads.py)."""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+
+import pytest
+import torch
+
+from knowtrace_train.config import ConfigError, load_config
+from knowtrace_train.report import table_row
+from knowtrace_train.selftrain import SelfTrain
+from knowtrace_train.selftrain.beside import beside_threads
+from knowtrace_train.selftrain.config import SelfTrainConfig
+from knowtrace_train.threads import ThreadShare
+
+from selftrain_helpers import oracle_factory, tiny_overrides
+
+
+def test_beside_is_on_for_one_cpu_process_with_two_threads_and_the_transformers_backend():
+    assert beside_threads(None, 2, 1, "transformers", "cpu") == 1
+    assert beside_threads(None, 8, 1, "transformers", "cpu") == 4
+    assert beside_threads(None, 1, 1, "transformers", "cpu") == 0  # one thread: nothing to lend
+    assert beside_threads(None, 2, 2, "transformers", "cpu") == 0  # torchrun: stages meet at barriers
+    assert beside_threads(None, 2, 1, "vllm", "cpu") == 0
+    assert beside_threads(None, 2, 1, "transformers", "cuda") == 0  # not measured on GPUs: asked for only
+    assert beside_threads(True, 2, 1, "transformers", "cuda") == 1
+    assert beside_threads(True, 1, 1, "transformers", "cpu") == 1
+    assert beside_threads(False, 8, 1, "transformers", "cpu") == 0
+
+
+def test_eval_beside_true_is_refused_where_it_cannot_run(monkeypatch):
+    cfg = load_config(SelfTrainConfig, None, ["--eval_beside", "true", "--generator.backend", "vllm"])
+    with pytest.raises(ConfigError, match="eval_beside: true needs generator.backend: transformers"):
+        cfg.validate()
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    cfg = load_config(SelfTrainConfig, None, ["--eval_beside", "true"])
+    with pytest.raises(ConfigError, match=r"eval_beside: true needs one process \(launched as 2\)"):
+        cfg.validate()
+
+
+def test_the_main_thread_lends_threads_and_takes_them_back_when_the_job_ends():
+    before = torch.get_num_threads()
+    share = ThreadShare()
+    try:
+        torch.set_num_threads(4)
+        assert share.lend(4, 2) == 2 and torch.get_num_threads() == 2
+        seen = {}
+
+        def job():
+            share.follow()  # not the main thread: changes nothing of its own
+            seen["job"] = torch.get_num_threads()
+            share.give_back()
+
+        t = threading.Thread(target=job)
+        t.start()
+        t.join()
+        assert torch.get_num_threads() == 2  # only the main thread's own follow() sets its threads
+        share.follow()
+        assert torch.get_num_threads() == 4
+        torch.set_num_threads(3)  # the share is over: a later follow() leaves the thread count alone
+        share.follow()
+        assert torch.get_num_threads() == 3
+        assert share.lend(1, 1) == 1  # one thread: the job gets one, the main thread keeps one
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_loading_adapters_draws_nothing_from_torchs_generator(tmp_path, tiny_model_dir):
+    """An evaluation beside a training loads its adapters while the training draws LoRA initialisations and
+    record orders from torch's global generator: loading must not move it."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    from knowtrace_train.generation import GeneratorConfig, build_generator
+
+    get_peft_model(AutoModelForCausalLM.from_pretrained(tiny_model_dir), LoraConfig(r=4, target_modules="all-linear")
+                   ).save_pretrained(tmp_path / "adapter")
+    adapters = {"explore": str(tmp_path / "adapter"), "complete": str(tmp_path / "adapter")}
+    for merge in (True, False):
+        torch.manual_seed(7)
+        state = torch.get_rng_state()
+        gen = build_generator(GeneratorConfig(model=str(tiny_model_dir), adapters=adapters, device="cpu",
+                                              dtype="float32", merge_adapters=merge))
+        gen.close()
+        assert torch.equal(torch.get_rng_state(), state), f"merge_adapters={merge}"
+
+
+def _strip(obj):
+    """A run file's content without its timings."""
+    if isinstance(obj, dict):
+        return {k: _strip(v) for k, v in obj.items()
+                if k not in ("wall_time", "sec_per_question") and not k.endswith(("seconds", "per_second"))}
+    if isinstance(obj, list):
+        return [_strip(v) for v in obj]
+    return obj
+
+
+class _Watched:
+    """A generator that records which thread called it, and fails on `fail_on`'s."""
+
+    def __init__(self, inner, calls: list[str], fail_on: str | None):
+        self.inner, self.calls, self.fail_on = inner, calls, fail_on
+
+    def generate(self, requests):
+        name = threading.current_thread().name
+        self.calls.append(name)
+        if name == self.fail_on:
+            raise RuntimeError(f"no answer on {name}")
+        return self.inner.generate(requests)
+
+    def __getattr__(self, key):
+        return getattr(self.inner, key)
+
+
+def _run(tmp: Path, model_dir: Path, beside: bool, fail_on: str | None = None):
+    cfg = load_config(SelfTrainConfig, None, tiny_overrides(tmp, model_dir, eval_beside=beside, threads=2))
+    rows: list[str] = []
+    run = SelfTrain(cfg, progress=False, on_metrics=lambda m: rows.append(table_row(m)))
+    oracle = oracle_factory(run)
+    calls: list[str] = []
+    run.make_generator = lambda gen_cfg: _Watched(oracle(gen_cfg), calls, fail_on)
+    return run, rows, calls
+
+
+def test_evaluations_beside_the_next_stages_give_the_same_run(tmp_path, tiny_model_dir):
+    a, rows_a, _ = _run(tmp_path / "a", tiny_model_dir, beside=False)
+    a.run()
+    b, rows_b, calls = _run(tmp_path / "b", tiny_model_dir, beside=True)
+    b.run()
+    # the raw base's, M0's and M1's evaluations ran on worker threads; M2's, the last, on the main thread's all
+    workers = {name for name in calls if name != threading.current_thread().name}
+    assert workers == {"base dev eval", "iter_0 dev eval", "iter_1 dev eval"}
+    assert [r.split()[0] for r in rows_b] == ["base", "0", "1", "2"]
+    assert [r.split()[:3] for r in rows_a] == [r.split()[:3] for r in rows_b]
+    files = sorted(p.relative_to(a.run_dir) for p in a.run_dir.rglob("*")
+                   if p.is_file() and p.suffix in (".jsonl", ".json") and p.name != "config.yaml")
+    assert Path("iter_2/eval.jsonl") in files and Path("summary.json") in files
+    for rel in files:
+        text_a = (a.run_dir / rel).read_text().replace(str(a.run_dir.resolve()), "RUN").replace(str(a.run_dir), "RUN")
+        text_b = (b.run_dir / rel).read_text().replace(str(b.run_dir.resolve()), "RUN").replace(str(b.run_dir), "RUN")
+        if rel.suffix == ".jsonl":
+            left = [_strip(json.loads(x)) for x in text_a.splitlines()]
+            right = [_strip(json.loads(x)) for x in text_b.splitlines()]
+        else:
+            left, right = _strip(json.loads(text_a)), _strip(json.loads(text_b))
+        assert left == right, rel
+    from safetensors.torch import load_file
+
+    for z in (1, 2):
+        for role in ("explore", "complete"):
+            wa = load_file(a.run_dir / f"iter_{z}/adapters/{role}/adapter_model.safetensors")
+            wb = load_file(b.run_dir / f"iter_{z}/adapters/{role}/adapter_model.safetensors")
+            assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa), (z, role)
+
+
+def test_an_evaluation_failing_beside_fails_the_run_on_the_main_thread(tmp_path, tiny_model_dir):
+    run, rows, _ = _run(tmp_path, tiny_model_dir, beside=True, fail_on="iter_0 dev eval")
+    with pytest.raises(RuntimeError, match="no answer on iter_0 dev eval"):
+        run.run()
+    assert [r.split()[0] for r in rows] == ["base"]  # M0's row never came
+    assert not (run.run_dir / "iter_0" / "DONE.eval").exists()
