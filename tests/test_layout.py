@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 PKG = Path(__file__).resolve().parents[1] / "knowtrace_train"
-SHARED = ("trajectory", "kg", "kg_store", "metrics", "pairing", "io", "config", "errors", "stages", "data", "retrieval", "generation")
+SHARED = ("trajectory", "kg", "kg_store", "metrics", "pairing", "io", "config", "errors", "stages", "threads", "data", "retrieval", "generation")
 LOOPS = ("selftrain", "train", "evaluate", "report", "report_html", "compare", "fair", "arms")
 
 
