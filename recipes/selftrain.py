@@ -87,7 +87,9 @@ def run_one(config: SelfTrainConfig, quiet: bool) -> dict:
         print(f"run folder: {run.run_dir}\n{table_header()}", flush=True)
     summary = run.run()
     if run.procs.is_main:
-        print(f"wall time {time.perf_counter() - t0:.0f}s this invocation; stage seconds: "
+        beside = " (evaluations ran beside the other stages, so the stages' seconds add up to more than the wall)"
+        print(f"wall time {time.perf_counter() - t0:.0f}s this invocation; stage seconds"
+              + (beside if run.evaluations_beside else "") + ": "
               + ", ".join(f"{k} {v:.0f}" for k, v in summary["seconds"].items()), flush=True)
         note = small_dev_note(summary)
         if note:

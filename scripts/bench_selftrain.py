@@ -78,7 +78,9 @@ def print_times(t: dict[str, Any]) -> None:
     print("| phase | seconds | share |\n|---|---|---|")
     rows = [(k, v) for k, v in t["phases"].items()]
     if "outside_stages_seconds" in t:
-        rows.append(("outside the stages (start-up, model conversion, index)", t["outside_stages_seconds"]))
+        outside = t["outside_stages_seconds"]
+        rows.append(("outside the stages (start-up, model conversion, index)" if outside >= 0 else
+                     "stages beside each other (eval_beside): their seconds exceed the wall by", abs(outside)))
     for name, secs in rows:
         extra = f" (raw base {t['base_eval_seconds']:.0f} s)" if name == "eval" and t["base_eval_seconds"] else ""
         print(f"| {name}{extra} | {secs:.0f} | {secs / total:.0%} |" if total else f"| {name} | {secs:.0f} | |")

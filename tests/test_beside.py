@@ -16,7 +16,7 @@ from knowtrace_train.selftrain.beside import beside_threads
 from knowtrace_train.selftrain.config import SelfTrainConfig
 from knowtrace_train.threads import ThreadShare
 
-from selftrain_helpers import oracle_factory, tiny_overrides
+from selftrain_helpers import REPO, oracle_factory, tiny_overrides
 
 
 def test_beside_is_on_for_one_cpu_process_with_two_threads_and_the_transformers_backend():
@@ -162,3 +162,19 @@ def test_an_evaluation_failing_beside_fails_the_run_on_the_main_thread(tmp_path,
         run.run()
     assert [r.split()[0] for r in rows] == ["base"]  # M0's row never came
     assert not (run.run_dir / "iter_0" / "DONE.eval").exists()
+
+
+def test_the_stage_benchmark_names_stages_that_ran_beside_each_other(capsys):
+    """With evaluations beside, the stages' seconds add up to more than the wall: said so, not a negative time."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_selftrain", REPO / "scripts" / "bench_selftrain.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    times = {"run_dir": "r", "phases": {"eval": 300.0, "rollout": 200.0}, "staged_seconds": 500.0,
+             "base_eval_seconds": 0.0, "bootstrap_train": {}, "wall_seconds": 420.0, "outside_stages_seconds": -80.0}
+    bench.print_times(times)
+    out = capsys.readouterr().out
+    assert "| stages beside each other (eval_beside): their seconds exceed the wall by | 80 |" in out
+    bench.print_times({**times, "wall_seconds": 530.0, "outside_stages_seconds": 30.0})
+    assert "| outside the stages (start-up, model conversion, index) | 30 |" in capsys.readouterr().out

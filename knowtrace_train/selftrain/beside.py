@@ -95,6 +95,11 @@ class Evaluations:
     _threads = 1
     _pending: tuple[BesideJob, Callable[[dict[str, Any] | None], dict[str, Any]]] | None = None
 
+    @property
+    def evaluations_beside(self) -> bool:
+        """Whether this run evaluates beside the next stages (known once `run` has started)."""
+        return self._beside > 0
+
     def _generator_device(self) -> str:
         from knowtrace_train.generation.hf import pick_device
 
