@@ -45,7 +45,6 @@ from knowtrace_train.generation.prefix import (
     plan_prefix_groups,
     register_attention,
 )
-from knowtrace_train.threads import follow as follow_threads
 from knowtrace_train.generation.prepare import (
     PreparedRequest,
     PromptPreparer,
@@ -54,6 +53,7 @@ from knowtrace_train.generation.prepare import (
     cut_at_stop,
     option_token_ids,
 )
+from knowtrace_train.threads import follow as follow_threads
 
 __all__ = ["TransformersGenerator"]
 

@@ -72,18 +72,18 @@ class BesideJob:
         finally:
             SHARE.give_back()
 
-    def result(self) -> Any:
-        """Wait for the job; its result, or its exception raised here. The main thread takes its threads back."""
+    def wait_quietly(self) -> None:
+        """Let the job end, without its result (where the main thread is failing already: no stage writes after
+        the run). The main thread takes its threads back."""
         self._thread.join()
         SHARE.follow()
+
+    def result(self) -> Any:
+        """Wait for the job; its result, or its exception raised here."""
+        self.wait_quietly()
         if self._error is not None:
             raise self._error
         return self._result
-
-    def wait_quietly(self) -> None:
-        """Let a job end without its result (the main thread is failing already): no stage writes after the run."""
-        self._thread.join()
-        SHARE.follow()
 
 
 class Evaluations:
