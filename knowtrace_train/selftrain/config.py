@@ -288,9 +288,6 @@ class SelfTrainConfig:
         if self.mode in PREFERENCE_MODES and self.train.prompt_format != "chat":
             raise ValueError(f"mode: {self.mode} needs train.prompt_format: chat (TRL tokenizes a plain prompt and its "
                              "completion as one text, and their tokens merge across the boundary)")
-        if self.mode in TRAINER_MODES and not self.train.prompt_gradient:
-            raise ValueError(f"train.prompt_gradient: false is an SFT option; mode {self.mode} trains with the "
-                             f"{TRAINER_MODES[self.mode][1]} trainer's own loss (bootstrap.train may set it)")
         check_beside(self.eval_beside, launched_processes(), self.generator.backend)
         self._check_rollout()
         self._check_grpo()

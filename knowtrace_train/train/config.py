@@ -69,13 +69,6 @@ class LoraTrainConfig:
             "runs once per pass; passes in a seeded random order, every record once per epoch. 0: a uniform shuffle. "
             "The bootstrap's training 1.09x faster, M0 no worse over 2 seeds (docs/training.md).")},
     )
-    prompt_gradient: bool = field(
-        default=True,
-        metadata={"help": (
-            "false: SFT runs each record's prompt without gradient (its keys and values constants of the backward "
-            "pass) and backpropagates through the completion only: the same loss, a gradient without the path "
-            "through the prompt's states, fewer FLOPs where prompts are long (docs/training.md). SFT only.")},
-    )
     packing: bool = field(
         default=False,
         metadata={"help": "Pack records into max_length blocks (best-fit decreasing); implies padding_free."},
@@ -134,8 +127,6 @@ class LoraTrainConfig:
             raise bad("logging_steps", "must be a positive integer")
         if self.max_steps == 0 or self.max_steps < -1:
             raise bad("max_steps", "must be -1 (all epochs) or a positive integer")
-        if not isinstance(self.prompt_gradient, bool):
-            raise bad("prompt_gradient", "must be true or false")
         if isinstance(self.group_prefix_tokens, bool) or not isinstance(self.group_prefix_tokens, int) \
                 or self.group_prefix_tokens < 0:
             raise bad("group_prefix_tokens", "must be 0 (off) or a positive integer")

@@ -354,8 +354,6 @@ def train_role_grpo(
         training_setup,
     )
 
-    if not config.prompt_gradient:
-        raise ValueError("prompt_gradient: false is an SFT option; the 'grpo' trainer computes its own loss")
     if launched_processes() > 1:
         raise ValueError("mode: grpo trains in one process (its rows are not sharded among processes yet); "
                          "launch without torchrun / accelerate's num_processes")

@@ -171,7 +171,7 @@ def train_role_kto(
                 role, desirable, undesirable, weights[0], weights[1], kto.beta, precision, device)
 
     model = _load_base(base_model_path, precision, trained, device)
-    Trainer = counting_trainer_class("kto", prompt_gradient=config.prompt_gradient)  # refuses false: its own loss
+    Trainer = counting_trainer_class("kto")
     with tempfile.TemporaryDirectory(prefix=f"knowtrace_kto_{role}_") as scratch:
         args = kto_args(trained, kto, weights, precision, device, scratch)
         trainer = Trainer(model=model, args=args, train_dataset=Dataset.from_list(rows), processing_class=tokenizer,

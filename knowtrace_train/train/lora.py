@@ -379,7 +379,7 @@ def train_role(
     dataset = Dataset.from_list(rows)
 
     model = _load_base(base_model_path, precision, config, device)
-    Trainer = counting_trainer_class("sft", config.share_prefixes and not config.packing, config.prompt_gradient)
+    Trainer = counting_trainer_class(share_prefixes=config.share_prefixes and not config.packing)
     with tempfile.TemporaryDirectory(prefix=f"knowtrace_train_{role}_") as scratch:
         args = sft_args(config, precision, device, scratch)
         trainer = Trainer(

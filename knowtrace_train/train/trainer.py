@@ -9,16 +9,12 @@ from __future__ import annotations
 from knowtrace_train.threads import follow as follow_threads
 
 
-def counting_trainer_class(kind: str = "sft", share_prefixes: bool = False, prompt_gradient: bool = True):
+def counting_trainer_class(kind: str = "sft", share_prefixes: bool = False):
     """TRL's SFTTrainer (`kind` "sft") or KTOTrainer ("kto") counting the non-pad tokens, the loss-carrying
     tokens and the positions its forward passes computed (pad included; a shared prefix once) of every batch it
-    trains on. `share_prefixes`: on CPUs, an SFT batch of several records runs through `shared_prefix_loss`.
-    `prompt_gradient` False (SFT only, any device): every batch runs through `shared_prefix_loss` with its
-    prompts' tokens computed without gradient (`detach_prompts`)."""
+    trains on. `share_prefixes`: on CPUs, an SFT batch of several records runs through `shared_prefix_loss`."""
     import torch
 
-    if kind != "sft" and not prompt_gradient:
-        raise ValueError(f"prompt_gradient: false is an SFT option; the {kind!r} trainer computes its own loss")
     if kind == "sft":
         from trl import SFTTrainer as Base
     elif kind == "kto":
@@ -38,8 +34,6 @@ def counting_trainer_class(kind: str = "sft", share_prefixes: bool = False, prom
             # TRL's fused LM head scores only the loss-carrying positions where Triton runs (GPUs); elsewhere it
             # scores every position (a third of a CPU step here, prompts being ~90% of the tokens): on the CPU
             # the SFT head runs on the completion positions only, the same loss
-            if kind == "sft" and not prompt_gradient:
-                return shared_prefix_loss(self, model, inputs, return_outputs, num_items_in_batch, detach_prompts=True)
             if kind != "sft" or self.accelerator.device.type != "cpu":
                 return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
             records = batch_records(inputs) if share_prefixes else []
@@ -144,37 +138,24 @@ def prefix_plan(records: list[tuple[list[int], list[int]]], min_prefix: int = 16
     plus each member's remainder."""
     from knowtrace_train.generation.prefix import plan_prefix_groups
 
-    firsts = first_logits(records)
-    return plan_prefix_groups([ids[: f + 1] for (ids, _), f in zip(records, firsts)], min_prefix)
-
-
-def first_logits(records: list[tuple[list[int], list[int]]]) -> list[int]:
-    """Each (input ids, labels) record's first position whose logits carry loss: the logits at position t predict
-    token t + 1, so the position just before its first label. Every position before it is prompt."""
+    # the logits at position t predict token t + 1: a record's first needed logit is just before its first label
     firsts = []
     for ids, labels in records:
         carrying = [t for t in range(1, len(labels)) if labels[t] != -100]
         if not carrying:
             raise ValueError("a record in the batch carries no loss-bearing token")
         firsts.append(carrying[0] - 1)
-    return firsts
+    return plan_prefix_groups([ids[: f + 1] for (ids, _), f in zip(records, firsts)], min_prefix)
 
 
 def shared_prefix_loss(trainer, model, inputs, return_outputs=False, num_items_in_batch=None, min_prefix: int = 16,
-                       records: list[tuple[list[int], list[int]]] | None = None, detach_prompts: bool = False):
+                       records: list[tuple[list[int], list[int]]] | None = None):
     """`completion_loss` over a batch of several records, where records beginning with the same prompt tokens run
     those tokens once: the shared prefix's forward pass yields its keys and values, and each record's remainder
     runs on top of them (one backward pass through all of it). The attention is causal, so a prefix's states do
     not depend on what follows it: the loss and gradients are those of one pass per record (dropout 0 aside),
     for fewer tokens computed. Groups and their prefixes: `prefix_plan`. `records`: the batch as `batch_records`
-    splits it, where the caller has it already.
-
-    `detach_prompts` (`train.prompt_gradient: false`): every prompt position (each record's tokens before
-    `first_logits`) runs without gradient, its keys and values constants of the backward pass, which then runs
-    through the completions only. The loss is the same; its gradient leaves out the path through the prompt's
-    states, and a prompt position costs a forward pass instead of a forward and a backward."""
-    import contextlib
-
+    splits it, where the caller has it already."""
     import torch
     import torch.nn.functional as F
     from transformers import DynamicCache
@@ -182,8 +163,6 @@ def shared_prefix_loss(trainer, model, inputs, return_outputs=False, num_items_i
     records = batch_records(inputs) if records is None else records
     device = inputs["input_ids"].device
     groups = prefix_plan(records, min_prefix)
-    firsts = first_logits(records)
-    prompt_grad = torch.no_grad if detach_prompts else contextlib.nullcontext
     loss = torch.zeros((), device=device)
     correct = torch.zeros((), dtype=torch.long, device=device)
     valid_total = torch.zeros((), dtype=torch.long, device=device)
@@ -191,24 +170,16 @@ def shared_prefix_loss(trainer, model, inputs, return_outputs=False, num_items_i
     for shared, members in groups:
         if shared:
             prefix = torch.tensor([records[members[0]][0][:shared]], device=device)
-            with prompt_grad():
-                past = model(input_ids=prefix, use_cache=True, logits_to_keep=1).past_key_values
+            past = model(input_ids=prefix, use_cache=True, logits_to_keep=1).past_key_values
             layers = [(layer.keys, layer.values) for layer in past.layers]
             computed += shared
         for m in members:
             ids, labels = records[m]
             cache = DynamicCache(ddp_cache_data=layers) if shared else None
-            start = shared
-            if detach_prompts and firsts[m] > shared:  # the rest of this record's prompt, without gradient
-                with torch.no_grad():
-                    rest = torch.tensor([ids[shared : firsts[m]]], device=device)
-                    cache = model(input_ids=rest, past_key_values=cache if shared else DynamicCache(), use_cache=True,
-                                  logits_to_keep=1).past_key_values
-                start = firsts[m]
-            suffix = torch.tensor([ids[start:]], device=device)
-            target_all = torch.tensor(labels[start + 1 :] + [-100], device=device)
+            suffix = torch.tensor([ids[shared:]], device=device)
+            target_all = torch.tensor(labels[shared + 1 :] + [-100], device=device)
             keep = (target_all != -100).nonzero().squeeze(-1)
-            out = model(input_ids=suffix, past_key_values=cache, use_cache=cache is not None, logits_to_keep=keep)
+            out = model(input_ids=suffix, past_key_values=cache, use_cache=bool(shared), logits_to_keep=keep)
             logits = out.logits[0].float()
             target = target_all[keep]
             loss = loss + F.cross_entropy(logits, target, reduction="sum")
