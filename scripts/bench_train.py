@@ -368,7 +368,7 @@ def epoch_positions(rows: list[dict], per_pass: int = 4, seeds: int = 5, group_t
 
 
 def time_shared_prefixes(folder: Path, model: Path | None, steps: int, seed: int, roles=("explore", "complete"),
-                         ways: tuple[str, str] = ("per_record", "shared_prefixes"), top_layers: int = 0) -> dict:
+                         ways: tuple[str, str] = ("per_record", "shared_prefixes")) -> dict:
     """FOLDER's records of `roles` as one adapter (both: as the bootstrap trains them; one: as an iteration trains
     that role's adapter), `steps` optimizer steps of 4 records each of two ways, side by side in this process
     (A B B A after an untimed warm-up). "per_record": one record per forward pass accumulated to 4 with
@@ -391,8 +391,6 @@ def time_shared_prefixes(folder: Path, model: Path | None, steps: int, seed: int
                                 group_prefix_tokens=0),
         "grouped": dict(per_device_batch_size=4, gradient_accumulation_steps=1, share_prefixes=True,
                         group_prefix_tokens=GROUP_TOKENS),
-        "top_layers": dict(per_device_batch_size=4, gradient_accumulation_steps=1, share_prefixes=True,
-                           group_prefix_tokens=GROUP_TOKENS, top_layers=top_layers),
     }
     a, b = ways
 
@@ -421,8 +419,7 @@ def time_shared_prefixes(folder: Path, model: Path | None, steps: int, seed: int
     out["speedup"] = round(out[a]["seconds"] / out[b]["seconds"], 3)
     out["max_loss_difference"] = max(abs(x - y) for x, y in zip(out[a]["losses"], out[b]["losses"]))
     print(f"{b}: {out['speedup']}x {a}'s speed on the same {steps} x 4 records "
-          f"(logged losses differ by at most {out['max_loss_difference']:.2g}"
-          f"{': the first step alike, later ones apart as the adapters differ' if b == 'top_layers' else ''})")
+          f"(logged losses differ by at most {out['max_loss_difference']:.2g})")
     return out
 
 
@@ -446,9 +443,6 @@ def main() -> None:
     ap.add_argument("--grouped", action="store_true",
                     help="with --steps: time grouped passes (train.group_prefix_tokens) against shuffled shared-prefix "
                          "passes instead of shared-prefix passes against one record per pass")
-    ap.add_argument("--top-layers", type=int, default=0, metavar="N",
-                    help="with --steps: time grouped passes with LoRA on the top N decoder layers only (train.top_layers) "
-                         "against grouped passes with LoRA on every layer, on the same records per step")
     ap.add_argument("--role", choices=("explore", "complete", "both"), default="both",
                     help="with --steps: train on this role's records (both: the bootstrap's mix)")
     ap.add_argument("--kto", type=int, default=0, metavar="N",
@@ -475,10 +469,8 @@ def main() -> None:
         counted = count_shared_prefixes(args.shared_prefixes, args.model)
         if args.steps:
             roles = ("explore", "complete") if args.role == "both" else (args.role,)
-            ways = (("grouped", "top_layers") if args.top_layers else ("shared_prefixes", "grouped") if args.grouped
-                    else ("per_record", "shared_prefixes"))
-            counted["timed"] = time_shared_prefixes(args.shared_prefixes, args.model, args.steps, args.seed, roles, ways,
-                                                    args.top_layers)
+            ways = ("shared_prefixes", "grouped") if args.grouped else ("per_record", "shared_prefixes")
+            counted["timed"] = time_shared_prefixes(args.shared_prefixes, args.model, args.steps, args.seed, roles, ways)
             print(json.dumps(counted))
         return
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")

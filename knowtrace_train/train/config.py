@@ -30,10 +30,6 @@ class LoraTrainConfig:
         default="all-linear",
         metadata={"help": "Modules that get LoRA: 'all-linear' (every linear layer but the LM head) or names."},
     )
-    top_layers: int = field(
-        default=0,
-        metadata={"help": "LoRA on the top N decoder layers only, the backward pass stopping below them (0: every layer)."},
-    )
     epochs: float = field(default=2.0, metadata={"help": "Passes over the records (the paper tunes 1, 2, 3)."})
     learning_rate: float = field(default=3e-4, metadata={"help": "Peak AdamW learning rate (linear decay)."})
     per_device_batch_size: int | None = field(
@@ -140,8 +136,6 @@ class LoraTrainConfig:
             raise bad("plateau_steps", f"must be a multiple of logging_steps ({self.logging_steps}): it is read from the logged losses")
         if not 0.0 < self.plateau_min_drop < 1.0:
             raise bad("plateau_min_drop", "must be in (0, 1)")
-        if isinstance(self.top_layers, bool) or not isinstance(self.top_layers, int) or self.top_layers < 0:
-            raise bad("top_layers", "must be 0 (every layer) or a positive integer")
         if isinstance(self.target_modules, (list, tuple)):
             self.target_modules = [str(m) for m in self.target_modules]
             if not self.target_modules:
@@ -353,30 +347,4 @@ def common_args(config: LoraTrainConfig, precision: str, device: str, output_dir
         remove_unused_columns=False,
         dataloader_drop_last=False,
         **extra,
-    )
-
-
-def lora_config(config: LoraTrainConfig, model=None):
-    """PEFT's LoraConfig of `config`; `train.top_layers` needs the base `model` (its layer count and linear names)."""
-    from peft import LoraConfig
-
-    top, targets = {}, config.target_modules
-    if config.top_layers:
-        n = getattr(getattr(model, "config", None), "num_hidden_layers", None)
-        if n is None or config.top_layers > n:
-            raise ValueError(f"train.top_layers {config.top_layers}: the model has {n} decoder layers")
-        top = {"layers_to_transform": list(range(n - config.top_layers, n)), "layers_pattern": "layers"}
-        if targets == "all-linear":  # PEFT takes layers_to_transform with module names only
-            import torch
-
-            targets = sorted({name.rsplit(".", 1)[-1] for name, m in model.named_modules()
-                              if isinstance(m, torch.nn.Linear) and ".layers." in name})
-    return LoraConfig(
-        r=config.rank,
-        lora_alpha=config.alpha,
-        lora_dropout=config.dropout,
-        target_modules=targets,
-        bias="none",
-        task_type="CAUSAL_LM",
-        **top,
     )

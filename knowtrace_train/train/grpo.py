@@ -379,7 +379,7 @@ def train_role_grpo(
     if init_adapter is not None:
         model = PeftModel.from_pretrained(model, str(init_adapter), is_trainable=True)
     else:
-        peft_config = lora_config(trained, model)
+        peft_config = lora_config(trained)
     Trainer = rows_trainer_class()
     with tempfile.TemporaryDirectory(prefix=f"knowtrace_grpo_{role}_") as scratch:
         args = grpo_args(trained, grpo, steps, temperature, precision, device, scratch)

@@ -175,7 +175,7 @@ def train_role_kto(
     with tempfile.TemporaryDirectory(prefix=f"knowtrace_kto_{role}_") as scratch:
         args = kto_args(trained, kto, weights, precision, device, scratch)
         trainer = Trainer(model=model, args=args, train_dataset=Dataset.from_list(rows), processing_class=tokenizer,
-                          peft_config=lora_config(trained, model))
+                          peft_config=lora_config(trained))
         result = train_measured(trainer, trained, output_dir, records=len(rows), skipped=skipped, precision=precision)
         history = trainer.state.log_history
         logged = [h for h in history if "loss" in h]

@@ -21,9 +21,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from knowtrace_train.errors import UserError, import_extra
 from knowtrace_train.generation.prepare import PROMPT_FORMATS
 from knowtrace_train.io import atomic_dir, iter_jsonl, write_json
-from knowtrace_train.train.config import (
-    LoraTrainConfig, as_trained, common_args, launched_processes, lora_config, per_device_batch_for,
-)
+from knowtrace_train.train.config import LoraTrainConfig, as_trained, common_args, launched_processes, per_device_batch_for
 from knowtrace_train.train.precision import resolve_precision, training_device
 from knowtrace_train.train.trainer import counting_trainer_class, pass_groups
 
@@ -280,6 +278,19 @@ def nf4_config(compute_dtype):
     )
 
 
+def lora_config(config: LoraTrainConfig):
+    from peft import LoraConfig
+
+    return LoraConfig(
+        r=config.rank,
+        lora_alpha=config.alpha,
+        lora_dropout=config.dropout,
+        target_modules=config.target_modules,
+        bias="none",
+        task_type="CAUSAL_LM",
+    )
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # Training
 
@@ -376,7 +387,7 @@ def train_role(
             args=args,
             train_dataset=dataset,
             processing_class=tokenizer,
-            peft_config=lora_config(config, model),
+            peft_config=lora_config(config),
         )
         trainer.record_groups = pass_groups(rows, config, device)
         logger.info(
