@@ -1,5 +1,6 @@
-"""Self-training runs as arms of a comparison: one arm per mode, one run per seed; the across-seed table, the
-pooled paired tests (each iteration against M0, and between arms) and the figure with every seed and the mean.
+"""Self-training runs as arms of a comparison: one arm per mode (and per value of any config keys named, for an
+ablation), one run per seed; the across-seed table, the pooled paired tests (each iteration against M0, and between
+arms) and the figure with every seed and the mean.
 
 A seed (`SelfTrainConfig.seed`) draws the LoRA initialisation and record order of the bootstrap and of every
 iteration's adapters (`strategy.seed` draws the sampling, which the greedy default does not use); the
@@ -11,6 +12,7 @@ iteration it planned is listed as incomplete and left out of the means and tests
 from __future__ import annotations
 
 import dataclasses
+import difflib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
@@ -31,15 +33,22 @@ ARM_FREE_KEYS = frozenset({"seed", "seeds", "output_dir", "name", "threads", "re
 
 @dataclass
 class Arm:
-    """The runs of one mode: `runs` finished every planned iteration; `incomplete` did not (with why)."""
+    """The runs of one mode (and of one value of each key in `settings`): `runs` finished every planned iteration;
+    `incomplete` did not (with why)."""
 
     mode: str
     runs: list[dict[str, Any]] = field(default_factory=list)
     incomplete: list[dict[str, Any]] = field(default_factory=list)
+    settings: dict[str, Any] = field(default_factory=dict)
 
     @property
     def seeds(self) -> list[int]:
         return [run_seed(s) for s in self.runs]
+
+    @property
+    def name(self) -> str:
+        """The mode, then each grouping key's value: `backtrace, bootstrap.questions=48`."""
+        return ", ".join([self.mode, *(f"{k}={v}" for k, v in self.settings.items())])
 
 
 def flat_config(run_dir: str | Path) -> dict[str, Any]:
@@ -120,24 +129,34 @@ def replicated(summaries: Sequence[dict[str, Any]]) -> bool:
     return False
 
 
-def group_arms(summaries: Sequence[dict[str, Any]]) -> list[Arm]:
-    """The runs grouped by mode (in the order given). Runs of one arm whose configs differ in anything but
-    `ARM_FREE_KEYS` are a ConfigError naming the keys; incomplete runs are set aside in `Arm.incomplete`."""
-    arms: dict[str, Arm] = {}
-    first: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {}
+def group_arms(summaries: Sequence[dict[str, Any]], keys: Sequence[str] = ()) -> list[Arm]:
+    """The runs grouped by mode and by the values of the config `keys` (dotted, e.g. `bootstrap.questions`: the
+    arms of an ablation), in the order given. Runs of one arm whose configs differ in anything but
+    `ARM_FREE_KEYS` are a ConfigError naming the keys, as is a key no run's config has; incomplete runs are set
+    aside in `Arm.incomplete`."""
+    arms: dict[tuple, Arm] = {}
+    first: dict[tuple, tuple[dict[str, Any], dict[str, Any]]] = {}
     for s in summaries:
         mode = str(s.get("mode"))
         cfg = flat_config(s["run_dir"])
-        if mode in first:
-            ref_summary, ref_cfg = first[mode]
+        for key in keys:
+            if key not in cfg:
+                near = difflib.get_close_matches(key, list(cfg), n=1)
+                raise ConfigError(f"--arm {key}: no such config key in {s['run_dir']}/config.yaml"
+                                  + (f" (did you mean {near[0]!r}?)" if near else ""))
+        settings = {key: cfg[key] for key in keys}
+        group = (mode, *map(repr, settings.values()))
+        arm = arms.setdefault(group, Arm(mode, settings=settings))
+        if group in first:
+            ref_summary, ref_cfg = first[group]
             diff = config_differences(ref_cfg, cfg, ARM_FREE_KEYS)
             if diff:
-                raise ConfigError(f"{s['run_dir']} and {ref_summary['run_dir']} are one arm (mode {mode}) but their "
-                                  f"configs differ in {', '.join(diff)}: an arm's runs may differ only in "
-                                  f"{', '.join(sorted(ARM_FREE_KEYS))}")
+                raise ConfigError(f"{s['run_dir']} and {ref_summary['run_dir']} are one arm (mode {arm.name}) but "
+                                  f"their configs differ in {', '.join(diff)}: an arm's runs may differ only in "
+                                  f"{', '.join(sorted(ARM_FREE_KEYS))}"
+                                  + ("" if keys else " (an ablation's arms: compare_runs.py --arm KEY)"))
         else:
-            first[mode] = (s, cfg)
-        arm = arms.setdefault(mode, Arm(mode))
+            first[group] = (s, cfg)
         why = finished(s)
         if why is None:
             arm.runs.append(s)
@@ -146,7 +165,7 @@ def group_arms(summaries: Sequence[dict[str, Any]]) -> list[Arm]:
     for arm in arms.values():
         seeds = arm.seeds
         if len(set(seeds)) != len(seeds):
-            raise ConfigError(f"arm {arm.mode} has two runs of one seed ({sorted(seeds)}): each seed once")
+            raise ConfigError(f"arm {arm.name} has two runs of one seed ({sorted(seeds)}): each seed once")
     return list(arms.values())
 
 
@@ -204,7 +223,8 @@ def compare_arms(arms: Sequence[Arm], *, kind: str | None = None, seed: int = 0)
                 if z > 0:
                     row["vs_m0"] = dataclasses.asdict(pooled_paired_test(m0_em, em, seed=seed))
                 rows.append(row)
-        out["arms"].append({"mode": arm.mode, "seeds": arm.seeds, "incomplete": arm.incomplete, "models": rows})
+        out["arms"].append({"arm": arm.name, "mode": arm.mode, "settings": arm.settings, "seeds": arm.seeds,
+                            "incomplete": arm.incomplete, "models": rows})
     ref = arms[0] if arms else None
     for other in arms[1:]:
         common = sorted(set(ref.seeds) & set(other.seeds))
@@ -213,14 +233,14 @@ def compare_arms(arms: Sequence[Arm], *, kind: str | None = None, seed: int = 0)
         a_runs.sort(key=run_seed)
         b_runs.sort(key=run_seed)
         if not common:
-            out["between"].append({"a": ref.mode, "b": other.mode, "refused": "no seed finished in both arms"})
+            out["between"].append({"a": ref.name, "b": other.name, "refused": "no seed finished in both arms"})
             continue
         for z in common_models([*a_runs, *b_runs]):
             ids_a, em_a = _em_table(a_runs, z, keep)
             ids_b, em_b = _em_table(b_runs, z, keep)
             if ids_a != ids_b:
-                raise ConfigError(f"arms {ref.mode} and {other.mode} scored other dev questions at model {z}")
-            out["between"].append({"a": ref.mode, "b": other.mode, "iteration": z,
+                raise ConfigError(f"arms {ref.name} and {other.name} scored other dev questions at model {z}")
+            out["between"].append({"a": ref.name, "b": other.name, "iteration": z,
                                    **dataclasses.asdict(pooled_paired_test(em_a, em_b, seed=seed)), "seeds": common})
     return out
 
@@ -237,7 +257,7 @@ def arms_table(result: dict[str, Any]) -> str:
     EM and the pooled test against M0; then the arms against the first."""
     lines = [f"{result['kind']} questions only"] if result.get("kind") else []
     for arm in result["arms"]:
-        lines.append(f"arm {arm['mode']}: seeds {arm['seeds']}" + (
+        lines.append(f"arm {arm['arm']}: seeds {arm['seeds']}" + (
             "; incomplete, left out: " + "; ".join(f"seed {r['seed']} ({r['run_dir']}: {r['why']})" for r in arm["incomplete"])
             if arm["incomplete"] else ""))
         lines.append(f"  {'model':6} {'n':>4}  {'mean EM [95% CI]':22}  {'EM per seed':30} {'vs M0, pooled [95% CI]':26} {'sign-flip':>9}")
@@ -273,7 +293,7 @@ def plot_arms(result: dict[str, Any], out: str | Path, title: str = "") -> Path:
         lows = [m - (r["em_interval"] or [m, m])[0] for m, r in zip(means, arm["models"])]
         highs = [(r["em_interval"] or [m, m])[1] - m for m, r in zip(means, arm["models"])]
         ax.errorbar(xs, means, yerr=[lows, highs], color=color, lw=2.5, capsize=4,
-                    label=f"{arm['mode']}: mean of {len(arm['seeds'])} seeds")
+                    label=f"{arm['arm']}: mean of {len(arm['seeds'])} seeds")
     ax.set_xlabel("iteration (0 = M0)")
     ax.set_ylabel("dev EM")
     ax.set_xticks(sorted({r["iteration"] for arm in result["arms"] for r in arm["models"]}))

@@ -23,6 +23,11 @@ questions are the unit, a bootstrap over questions for the interval and a sign-f
 questions for the p-value). The figure draws every seed as a thin line and the mean with its interval as a
 thick one. An arm's runs must share their config but for the seed (a run of other settings is refused, the
 differing keys named); a run that has not finished is listed and left out.
+
+An ablation's arms differ in a config key: `--arm KEY` (dotted, repeatable) groups the runs by mode and by that
+key's value, then compares the arms as above, M0 included (runs of `--iterations 0` compare their M0s):
+
+    python scripts/compare_runs.py runs/q64_s0 runs/q64_s1 runs/q48_s0 runs/q48_s1 --arm bootstrap.questions --kind bridge
 """
 
 from __future__ import annotations
@@ -56,6 +61,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--title", default="", help="figure title")
     parser.add_argument("--kind", choices=("bridge", "comparison"), default=None,
                         help="several runs per arm: also the table of this kind of dev question alone")
+    parser.add_argument("--arm", action="append", default=[], metavar="KEY",
+                        help="also group the runs into arms by this config key's value (dotted, e.g. bootstrap.questions; "
+                             "repeatable): the arms of an ablation")
     args = parser.parse_args(argv)
     summaries, started = [], []
     try:
@@ -68,8 +76,8 @@ def main(argv: list[str] | None = None) -> int:
     except (FileNotFoundError, json.JSONDecodeError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    if replicated(summaries):  # seeds of one setting: arms (their other runs must be seeds of one setting too)
-        return compare_seeds(group_arms(summaries), args)
+    if args.arm or replicated(summaries):  # seeds of one setting: arms (their other runs must be seeds of one setting too)
+        return compare_seeds(group_arms(summaries, args.arm), args)
     if started:
         print(f"error: {started[0]}: no summary.json yet (the run has evaluated no model)", file=sys.stderr)
         return 2

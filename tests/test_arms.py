@@ -199,3 +199,42 @@ def test_runs_that_evaluate_every_kth_iteration_are_finished_and_compared_on_tho
     assert [m["iteration"] for m in models] == [0, 2, 3] and models[1]["em_mean"] == pytest.approx(8 / len(IDS))
     short = dict(runs[0], iterations=[r for r in runs[0]["iterations"] if r["iteration"] != 2])
     assert "no dev evaluation of model(s) [2]" in finished(short)
+
+
+def test_an_ablation_groups_its_arms_by_a_config_key(tmp_path):
+    """Runs of one mode that differ in a config key are refused as one arm; `keys` makes each value its own arm.
+    M0-only runs (`--iterations 0`) compare their M0s: seed 0 of epochs 2 answers q06 and q07 more, seed 1 the
+    same; per question the mean over seeds differs by 0.5 on q06 and q07, so diff 1/24 and p = 2 / 2^2."""
+    runs = []
+    for seed in (0, 1):
+        runs.append(run_folder(tmp_path, f"e1_{seed}", "backtrace", seed, {0: ems(range(6))}, planned=0))
+        runs.append(run_folder(tmp_path, f"e2_{seed}", "backtrace", seed, {0: ems(range(8 if seed == 0 else 6))},
+                               planned=0, **{"train.epochs": 2.0}))
+    runs = [load_run(r) for r in runs]
+    with pytest.raises(ConfigError, match=r"train\.epochs \(1\.0 vs 2\.0\).*compare_runs\.py --arm KEY"):
+        group_arms(runs)
+    arms = group_arms(runs, ["train.epochs"])
+    assert [(a.name, a.seeds) for a in arms] == [("backtrace, train.epochs=1.0", [0, 1]), ("backtrace, train.epochs=2.0", [0, 1])]
+    result = compare_arms(arms)
+    assert [r["models"][0]["em_by_seed"] for r in result["arms"]] == [{"0": 6 / 24, "1": 6 / 24}, {"0": 8 / 24, "1": 6 / 24}]
+    (m0,) = result["between"]
+    assert (m0["a"], m0["b"], m0["iteration"], m0["seeds"]) == ("backtrace, train.epochs=1.0", "backtrace, train.epochs=2.0", 0, [0, 1])
+    assert m0["diff"] == pytest.approx(1 / 24) and m0["p_value"] == pytest.approx(2 / 4)
+    with pytest.raises(ConfigError, match=r"--arm train\.epoch: no such config key .*did you mean 'train\.epochs'"):
+        group_arms(runs, ["train.epoch"])
+    other = run_folder(tmp_path, "e2_2", "backtrace", 2, {0: ems(range(6))}, planned=0,
+                       **{"train.epochs": 2.0, "data.train_questions": 400})
+    with pytest.raises(ConfigError, match=r"one arm \(mode backtrace, train\.epochs=2\.0\).*data\.train_questions \(200 vs 400\)"):
+        group_arms([*runs, load_run(other)], ["train.epochs"])
+
+
+def test_compare_runs_arm_prints_the_ablation(tmp_path):
+    runs = [run_folder(tmp_path, f"e{e}_{seed}", "backtrace", seed, {0: ems(range(6 + e * seed))}, planned=0,
+                       **{"train.epochs": float(e)}) for e in (1, 2) for seed in (0, 1)]
+    r = subprocess.run([sys.executable, str(REPO / "scripts" / "compare_runs.py"), *map(str, runs), "--arm", "train.epochs",
+                        "--out", str(tmp_path / "abl.png")], capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "arm backtrace, train.epochs=2.0: seeds [0, 1]" in r.stdout
+    assert "backtrace, train.epochs=2.0 - backtrace, train.epochs=1.0 at M0 over seeds [0, 1] x 24 questions" in r.stdout
+    last = json.loads(r.stdout.strip().splitlines()[-1])
+    assert [a["settings"] for a in last["arms"]] == [{"train.epochs": 1.0}, {"train.epochs": 2.0}]
