@@ -135,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     ratios = None
     if len(times) == 2:
         ratios = compare(times[0], times[1])
-        print(f"\nsecond / first: " + ", ".join(f"{k} {v:.2f}" if v is not None else f"{k} -" for k, v in ratios.items()))
+        print("\nsecond / first: " + ", ".join(f"{k} {v:.2f}" if v is not None else f"{k} -" for k, v in ratios.items()))
     load_after = os.getloadavg()
     print(f"load average before {load_before[0]:.2f}, after {load_after[0]:.2f} (1 min; 2 cores idle is ~0)")
     print(json.dumps({"runs": times, "ratios": ratios, "load_before": load_before[0], "load_after": load_after[0]}))

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from backtrace_fixtures import ANSWER, QUESTION, appendix_f, passage, words
+from backtrace_fixtures import ANSWER, QUESTION, appendix_f, words
 from knowtrace_train.methods.knowtrace.backtrace import PATH_RULES, backtrace_trajectories
 from knowtrace_train.methods.knowtrace.quality import evidence_quality, precision_recall, source_passages
 from knowtrace_train.data.schema import GoldEvidence, Passage, QAItem

@@ -343,7 +343,7 @@ def test_dog_table_prints_hits_at_1_by_hop_count(tmp_path):
 # -- mechanism statistics ---------------------------------------------------------------------------------
 
 
-def _try(index: int, hop: int, parsed) -> "ModelCall":
+def _try(index: int, hop: int, parsed):
     from knowtrace_train.trajectory import ModelCall
 
     return ModelCall(index=index, role="answer_try", round=hop, prompt="", output="???", prompt_tokens=0, output_tokens=0,

@@ -26,7 +26,7 @@ from knowtrace_train.pairing import compare_evals, compare_scores, read_question
 from knowtrace_train.trajectory import Trajectory, read_trajectories
 
 from backtrace_fixtures import ANSWER, PAIR_SCHOOL, PAIR_WHERE, QUESTION, T_EDUCATED, T_LOCATED, Engine, appendix_f
-from test_knowtrace import FACTS, QUESTIONS, WORLD, ScriptedGenerator, WordRetriever, chain_model
+from test_knowtrace import QUESTIONS, WORLD, ScriptedGenerator, WordRetriever, chain_model
 
 HEADLINE_KEYS = {"em", "f1", "em_interval", "f1_interval", "interval_note", "em_by_kind", "evidence_supported_em",
                  "rounds", "retrieved_tokens", "sec_per_question", "questions"}

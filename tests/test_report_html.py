@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from knowtrace_train.kg import GuidancePair, KnowledgeGraph, Triplet
+from knowtrace_train.kg import Triplet
 from knowtrace_train.methods import get_method
 from knowtrace_train.report_html import collect, embed_json, write_report
 from knowtrace_train.trajectory import ModelCall, Trajectory
 
-from backtrace_fixtures import ANSWER, T_EDUCATED, T_INDUSTRIALIST, T_WROTE, appendix_f, random_trajectory
+from backtrace_fixtures import T_EDUCATED, T_INDUSTRIALIST, T_WROTE, appendix_f, random_trajectory
 
 REPO = Path(__file__).resolve().parents[1]
 WORLD_DEV_0 = json.loads((REPO / "data/world/dev.jsonl").read_text(encoding="utf-8").split("\n", 1)[0])

@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 import random
 
-import numpy as np
 import pytest
 
 from knowtrace_train.data.schema import Passage, passage_id
