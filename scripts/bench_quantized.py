@@ -74,8 +74,7 @@ def measure(rows_list: list[int], repeat: int, seed: int = 0) -> list[dict]:
         for ks, share in kernels:
             x = torch.randn(rows, ks["fp32"][1].shape[1], generator=gen)
             for name, (f, held) in ks.items():
-                reps = max(1, round(repeat * share)) if share < 1 else repeat
-                total[name] = total.get(name, 0.0) + _seconds(f, x, reps) * share
+                total[name] = total.get(name, 0.0) + _seconds(f, x, max(1, round(repeat * share))) * share
                 err = (f(x) - x @ held.t()).abs().max().item()
                 error[name] = max(error.get(name, 0.0), err)
         results.append({
