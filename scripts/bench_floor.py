@@ -1,0 +1,229 @@
+"""The arithmetic floor of a self-training run on this CPU: the model work its files record, at this CPU's own
+measured peak for the model's matrix products, against the seconds the run took.
+
+    python scripts/bench_floor.py runs/<name> [--wall SECONDS] [--cores N] [--rate GFLOPS] [--json FILE]
+
+Work, counted from the run's files (a lower bound: attention, norms and every elementwise operation are left
+out, so the true work is larger and the floor below it):
+- training, per adapter (`knowtrace_training.json`): the positions its passes computed x (forward + input
+  gradient of the frozen linear layers, 4 x their parameters) plus LoRA's forward and gradients (6 x its
+  parameters), and the LM head's forward and input gradient on the completion tokens;
+- decoding, per stage (`base/eval.jsonl`, `iter_<z>/eval.jsonl`, `iter_<z>/rollouts.jsonl`): the prompt positions
+  of a prefix tree over the stage's rendered prompts (each shared prefix computed once, however the engine
+  batched them: fewer than any engine prefills), one LM-head row per call, and one row through every linear
+  layer and the LM head per output token after the first.
+
+The rate: one thread's best fp32 rate over the model's seven decoder-layer products ([in, out] weights, the
+decoding layout) at 256, 512 and 1,024 rows, measured here unless --rate is given. The floor of a stage is its
+work at that rate on one core; the run's floor is all its work at that rate on every core (--cores, default the
+cores this process may use) with nothing idle: no schedule on this machine finishes sooner.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from knowtrace_train.errors import UserError  # noqa: E402
+from knowtrace_train.io import iter_jsonl  # noqa: E402
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What the work per position depends on: the decoder's linear parameters, the LM head, LoRA's rank sums."""
+
+    linear: int  # parameters of every decoder layer's linear products, all layers
+    head: int  # vocab x hidden
+    lora_in_out: int  # sum over the adapted linear products of (in + out): a rank-r LoRA holds r x this
+    layer_products: tuple[tuple[int, int], ...]  # (in, out) of one decoder layer's products
+
+    @classmethod
+    def from_config(cls, config: dict) -> "Shape":
+        h, i, n = config["hidden_size"], config["intermediate_size"], config["num_hidden_layers"]
+        d = config.get("head_dim") or h // config["num_attention_heads"]
+        q, kv = config["num_attention_heads"] * d, config.get("num_key_value_heads", config["num_attention_heads"]) * d
+        products = ((h, q), (h, kv), (h, kv), (q, h), (h, i), (h, i), (i, h))
+        return cls(linear=n * sum(a * b for a, b in products), head=config["vocab_size"] * h,
+                   lora_in_out=n * sum(a + b for a, b in products), layer_products=products)
+
+
+@dataclass
+class Stage:
+    name: str
+    kind: str  # training or decoding
+    flop: float
+    seconds: float | None  # as the run recorded it (alone or beside another stage)
+    counts: dict
+
+
+def training_stages(run: Path, shape: Shape) -> list[Stage]:
+    out = []
+    for info in sorted(run.glob("iter_*/*adapters/*/knowtrace_training.json")):
+        data = json.loads(info.read_text())
+        res, rank = data["result"], data["config"]["rank"]
+        positions, completion = res.get("computed_tokens") or res["tokens"], res.get("completion_tokens", 0)
+        flop = positions * (4 * shape.linear + 6 * rank * shape.lora_in_out) + completion * 4 * shape.head
+        name = f"{info.parent.parent.parent.name}/train {data.get('role', info.parent.name)}"
+        out.append(Stage(name, "training", flop, res.get("seconds"),
+                         {"positions": positions, "tokens": res["tokens"], "completion_tokens": completion}))
+    return out
+
+
+def prefix_tree_size(sequences) -> int:
+    """Positions in a prefix tree of the sequences: each shared prefix counted once."""
+    from knowtrace_train.train.lora import prefix_tree_tokens
+
+    return prefix_tree_tokens([{"input_ids": s} for s in sequences])
+
+
+def decoding_stage(path: Path, name: str, shape: Shape, tokenizer, prompt_format: str, seconds: float | None) -> Stage:
+    from knowtrace_train.train.lora import render_prompt_ids
+
+    prompts, rows, calls, prompt_tokens = [], 0, 0, 0
+    for n, row in iter_jsonl(path):
+        for call in row.get("calls") or []:
+            if not isinstance(call, dict) or not call.get("prompt"):
+                continue
+            prompt = call["prompt"]
+            prompts.append(render_prompt_ids(tokenizer, prompt if isinstance(prompt, str) else tuple(prompt),
+                                             prompt_format))
+            prompt_tokens += int(call.get("prompt_tokens") or len(prompts[-1]))
+            rows += max(int(call.get("output_tokens") or 0) - 1, 0)
+            calls += 1
+    positions = prefix_tree_size(prompts)
+    flop = positions * 2 * shape.linear + calls * 2 * shape.head + rows * 2 * (shape.linear + shape.head)
+    return Stage(name, "decoding", flop, seconds, {"calls": calls, "prompt_tokens": prompt_tokens,
+                                                   "prefill_positions": positions, "decode_rows": rows})
+
+
+def _metric_seconds(metrics: Path, key: str) -> float | None:
+    if not metrics.is_file():
+        return None
+    return (json.loads(metrics.read_text()).get(key) or {}).get("seconds")
+
+
+def decoding_stages(run: Path, shape: Shape, tokenizer, prompt_format: str) -> list[Stage]:
+    out = []
+    for folder in [run / "base"] + sorted(run.glob("iter_*"), key=lambda p: int(p.name.split("_")[1])):
+        for file, key in (("rollouts.jsonl", "rollout"), ("eval.jsonl", "eval")):
+            if (folder / file).is_file():
+                out.append(decoding_stage(folder / file, f"{folder.name}/{key}", shape, tokenizer, prompt_format,
+                                          _metric_seconds(folder / "metrics.json", key)))
+    return out
+
+
+def gemm_rate(shape: Shape, rows=(256, 512, 1024), repeat: int = 3) -> float:
+    """One thread's best fp32 GFLOP/s over one decoder layer's products at `rows` rows ([in, out] weights)."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        weights = [torch.randn(a, b) * 0.02 for a, b in shape.layer_products]
+        best = 0.0
+        for m in rows:
+            xs = [torch.randn(m, a) for a, _ in shape.layer_products]
+            flop = 2.0 * m * sum(a * b for a, b in shape.layer_products)
+            for x, w in zip(xs, weights):  # warm-up
+                x @ w
+            for _ in range(repeat):
+                t = time.perf_counter()
+                for x, w in zip(xs, weights):
+                    x @ w
+                best = max(best, flop / (time.perf_counter() - t) / 1e9)
+        return best
+    finally:
+        torch.set_num_threads(before)
+
+
+def model_of(run: Path, model: str | None) -> Path:
+    """The model folder whose config.json gives the shapes: --model, else the run's M0 (iter_0/model)."""
+    folder = Path(model) if model else run / "iter_0" / "model"
+    if not (folder / "config.json").is_file():
+        raise UserError(f"{folder}/config.json: no model config there; pass --model FOLDER (a model folder of the "
+                        "run's base model) or a run folder with iter_0/model")
+    return folder
+
+
+def floor(run: Path, model: str | None = None, rate: float | None = None, cores: int | None = None,
+          wall: float | None = None) -> dict:
+    from transformers import AutoTokenizer
+
+    if not run.is_dir():
+        raise UserError(f"{run}: no such run folder")
+    folder = model_of(run, model)
+    shape = Shape.from_config(json.loads((folder / "config.json").read_text()))
+    prompt_format = "chat"
+    config_file = run / "config.yaml"
+    if config_file.is_file():
+        import yaml
+
+        prompt_format = ((yaml.safe_load(config_file.read_text()) or {}).get("generator") or {}).get(
+            "prompt_format", "chat")
+    tokenizer = AutoTokenizer.from_pretrained(str(folder))
+    stages = training_stages(run, shape) + decoding_stages(run, shape, tokenizer, prompt_format)
+    if not stages:
+        raise UserError(f"{run}: no trained adapter (knowtrace_training.json) and no eval.jsonl or rollouts.jsonl")
+    rate = rate or gemm_rate(shape)
+    cores = cores or len(os.sched_getaffinity(0))
+    total = sum(s.flop for s in stages)
+    rows = []
+    for s in stages:
+        floor_s = s.flop / (rate * 1e9)
+        rows.append({**asdict(s), "tflop": s.flop / 1e12, "floor_seconds_one_core": floor_s,
+                     "floor_share": floor_s / s.seconds if s.seconds else None})
+    out = {"run": str(run), "rate_gflops_one_thread": rate, "cores": cores, "stages": rows, "tflop": total / 1e12,
+           "floor_seconds": total / (rate * 1e9 * cores),
+           "recorded_stage_seconds": sum(s.seconds or 0.0 for s in stages)}
+    for kind in ("training", "decoding"):
+        out[f"{kind}_tflop"] = sum(s.flop for s in stages if s.kind == kind) / 1e12
+    if wall:
+        out["wall_seconds"] = wall
+        out["floor_share_of_wall"] = out["floor_seconds"] / wall
+    return out
+
+
+def report(r: dict) -> str:
+    lines = [f"{r['run']}: one thread's fp32 rate on the model's products {r['rate_gflops_one_thread']:.1f} GFLOP/s; "
+             f"{r['cores']} core(s); a stage's floor is its work on one core (one that ran on two threads can exceed 1)",
+             f"{'stage':<24} {'TFLOP':>7} {'floor (1 core)':>15} {'recorded':>9} {'floor/recorded':>15}  counts"]
+    for s in r["stages"]:
+        rec = f"{s['seconds']:.0f} s" if s["seconds"] else "-"
+        share = f"{s['floor_share']:.2f}" if s["floor_share"] else "-"
+        lines.append(f"{s['name']:<24} {s['tflop']:>7.2f} {s['floor_seconds_one_core']:>13.0f} s {rec:>9} {share:>15}  "
+                     + ", ".join(f"{k} {v}" for k, v in s["counts"].items()))
+    lines.append(f"work {r['tflop']:.1f} TFLOP (training {r['training_tflop']:.1f}, decoding {r['decoding_tflop']:.1f}): "
+                 f"at least {r['floor_seconds']:.0f} s on {r['cores']} core(s) at that rate with no core idle "
+                 f"(the stages recorded {r['recorded_stage_seconds']:.0f} s)")
+    if "wall_seconds" in r:
+        lines.append(f"the run's wall {r['wall_seconds']:.0f} s: the floor is {r['floor_share_of_wall']:.2f} of it")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("run", type=Path)
+    ap.add_argument("--model", help="model folder for the shapes and tokenizer (default: RUN/iter_0/model)")
+    ap.add_argument("--rate", type=float, help="one thread's GFLOP/s (default: measured here)")
+    ap.add_argument("--cores", type=int, help="cores the run used (default: this process's)")
+    ap.add_argument("--wall", type=float, help="the run's wall seconds, as the recipe printed them")
+    ap.add_argument("--json", type=Path, help="also write the figures here")
+    args = ap.parse_args()
+    try:
+        r = floor(args.run, args.model, args.rate, args.cores, args.wall)
+    except UserError as e:
+        raise SystemExit(f"error: {e}")
+    print(report(r))
+    if args.json:
+        args.json.write_text(json.dumps(r, indent=1))
+
+
+if __name__ == "__main__":
+    main()
