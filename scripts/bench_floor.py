@@ -13,10 +13,12 @@ out, so the true work is larger and the floor below it):
   batched them: fewer than any engine prefills), one LM-head row per call, and one row through every linear
   layer and the LM head per output token after the first.
 
-The rate: one thread's best fp32 rate over the model's seven decoder-layer products ([in, out] weights, the
-decoding layout) at 256, 512 and 1,024 rows, measured here unless --rate is given. The floor of a stage is its
-work at that rate on one core; the run's floor is all its work at that rate on every core (--cores, default the
-cores this process may use) with nothing idle: no schedule on this machine finishes sooner.
+The rate: one thread's mean fp32 rate over the model's seven decoder-layer products ([in, out] weights, the
+decoding layout) at 512 rows, measured here unless --rate is given: once with the other cores idle, and once on
+every core at once (--cores, default the cores this process may use; one pinned worker process each), since cores
+that share a clock, a cache or a physical core deliver less together than each alone. The floor of a stage is its
+work at the first rate on one core; the run's floor is all its work at the most the machine delivered (one core
+alone, or all together) with nothing idle: no schedule of that work on this machine finishes sooner.
 """
 
 from __future__ import annotations
@@ -119,28 +121,55 @@ def decoding_stages(run: Path, shape: Shape, tokenizer, prompt_format: str) -> l
     return out
 
 
-def gemm_rate(shape: Shape, rows=(256, 512, 1024), repeat: int = 3) -> float:
-    """One thread's best fp32 GFLOP/s over one decoder layer's products at `rows` rows ([in, out] weights)."""
+def gemm_rate(shape: Shape, rows: int = 512, seconds: float = 3.0, start_at: float | None = None) -> float:
+    """One thread's mean fp32 GFLOP/s over `seconds` of one decoder layer's products at `rows` rows ([in, out]
+    weights, the decoding layout), after one untimed round; `start_at` (a time.time()) aligns several workers."""
     import torch
 
     before = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
         weights = [torch.randn(a, b) * 0.02 for a, b in shape.layer_products]
-        best = 0.0
-        for m in rows:
-            xs = [torch.randn(m, a) for a, _ in shape.layer_products]
-            flop = 2.0 * m * sum(a * b for a, b in shape.layer_products)
-            for x, w in zip(xs, weights):  # warm-up
+        xs = [torch.randn(rows, a) for a, _ in shape.layer_products]
+        flop = 2.0 * rows * sum(a * b for a, b in shape.layer_products)
+        for x, w in zip(xs, weights):
+            x @ w
+        if start_at is not None:
+            time.sleep(max(0.0, start_at - time.time()))
+        t, rounds = time.perf_counter(), 0
+        while rounds == 0 or time.perf_counter() - t < seconds:
+            for x, w in zip(xs, weights):
                 x @ w
-            for _ in range(repeat):
-                t = time.perf_counter()
-                for x, w in zip(xs, weights):
-                    x @ w
-                best = max(best, flop / (time.perf_counter() - t) / 1e9)
-        return best
+            rounds += 1
+        return flop * rounds / (time.perf_counter() - t) / 1e9
     finally:
         torch.set_num_threads(before)
+
+
+def machine_rates(shape: Shape, cores: int, seconds: float = 3.0, delay: float = 5.0) -> tuple[float, list[float]]:
+    """(one thread's rate with the other cores idle, each thread's rate with `cores` threads running at once):
+    one worker process per core, pinned to it, one torch thread each. Cores that share a clock, a cache or a
+    physical core deliver less than `cores` x the first figure; the floor takes what they do deliver."""
+    import subprocess
+
+    cpus = sorted(os.sched_getaffinity(0))[:cores] if hasattr(os, "sched_getaffinity") else list(range(cores))
+    products = json.dumps(shape.layer_products)
+
+    def together(n: int) -> list[float]:
+        start_at = time.time() + delay  # after every worker has imported torch
+        procs = [subprocess.Popen([sys.executable, __file__, "--worker", products, str(cpus[i % len(cpus)]),
+                                   str(start_at), str(seconds)], stdout=subprocess.PIPE, text=True)
+                 for i in range(n)]
+        return [float(p.communicate()[0].split()[-1]) for p in procs]
+
+    return together(1)[0], together(cores)
+
+
+def _worker(products: str, cpu: str, start_at: str, seconds: str) -> None:
+    if hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, {int(cpu)})
+    shape = Shape(linear=0, head=0, lora_in_out=0, layer_products=tuple(tuple(p) for p in json.loads(products)))
+    print(gemm_rate(shape, start_at=float(start_at), seconds=float(seconds)))
 
 
 def model_of(run: Path, model: str | None) -> Path:
@@ -171,16 +200,22 @@ def floor(run: Path, model: str | None = None, rate: float | None = None, cores:
     stages = training_stages(run, shape) + decoding_stages(run, shape, tokenizer, prompt_format)
     if not stages:
         raise UserError(f"{run}: no trained adapter (knowtrace_training.json) and no eval.jsonl or rollouts.jsonl")
-    rate = rate or gemm_rate(shape)
     cores = cores or len(os.sched_getaffinity(0))
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+    if rate:
+        alone, loaded = rate, [rate] * cores
+    else:
+        alone, loaded = machine_rates(shape, cores)
+    rate = alone
+    machine = max(alone, sum(loaded))  # the most the machine did per second, on one core or on all
     total = sum(s.flop for s in stages)
     rows = []
     for s in stages:
         floor_s = s.flop / (rate * 1e9)
         rows.append({**asdict(s), "tflop": s.flop / 1e12, "floor_seconds_one_core": floor_s,
                      "floor_share": floor_s / s.seconds if s.seconds else None})
-    out = {"run": str(run), "rate_gflops_one_thread": rate, "cores": cores, "stages": rows, "tflop": total / 1e12,
-           "floor_seconds": total / (rate * 1e9 * cores),
+    out = {"run": str(run), "rate_gflops_one_thread": rate, "cores": cores, "rate_gflops_all_cores": loaded,
+           "machine_gflops": machine, "rates_given": bool(rate), "load_average_before": None if rate else load, "stages": rows, "tflop": total / 1e12, "floor_seconds": total / (machine * 1e9),
            "recorded_stage_seconds": sum(s.seconds or 0.0 for s in stages)}
     for kind in ("training", "decoding"):
         out[f"{kind}_tflop"] = sum(s.flop for s in stages if s.kind == kind) / 1e12
@@ -191,8 +226,14 @@ def floor(run: Path, model: str | None = None, rate: float | None = None, cores:
 
 
 def report(r: dict) -> str:
-    lines = [f"{r['run']}: one thread's fp32 rate on the model's products {r['rate_gflops_one_thread']:.1f} GFLOP/s; "
-             f"{r['cores']} core(s); a stage's floor is its work on one core (one that ran on two threads can exceed 1)",
+    lines = [f"{r['run']}: one thread's fp32 rate on the model's products "
+             f"({'given' if r.get('rates_given') else 'measured'}) {r['rate_gflops_one_thread']:.1f} GFLOP/s "
+             f"alone; with {r['cores']} core(s) busy at once " + " + ".join(f"{x:.1f}" for x in r["rate_gflops_all_cores"])
+             + f" = {sum(r['rate_gflops_all_cores']):.1f}",
+             "a stage's floor is its work on one core alone (a stage that ran on two threads can exceed 1)",
+             *([f"load average {r['load_average_before']:.1f} before measuring: other work ran beside the rates, "
+                "which are then too low (measure on an otherwise idle machine)"]
+               if (r.get("load_average_before") or 0.0) >= 0.5 else []),
              f"{'stage':<24} {'TFLOP':>7} {'floor (1 core)':>15} {'recorded':>9} {'floor/recorded':>15}  counts"]
     for s in r["stages"]:
         rec = f"{s['seconds']:.0f} s" if s["seconds"] else "-"
@@ -200,7 +241,7 @@ def report(r: dict) -> str:
         lines.append(f"{s['name']:<24} {s['tflop']:>7.2f} {s['floor_seconds_one_core']:>13.0f} s {rec:>9} {share:>15}  "
                      + ", ".join(f"{k} {v}" for k, v in s["counts"].items()))
     lines.append(f"work {r['tflop']:.1f} TFLOP (training {r['training_tflop']:.1f}, decoding {r['decoding_tflop']:.1f}): "
-                 f"at least {r['floor_seconds']:.0f} s on {r['cores']} core(s) at that rate with no core idle "
+                 f"at least {r['floor_seconds']:.0f} s at {r['machine_gflops']:.1f} GFLOP/s, the most this machine did "
                  f"(the stages recorded {r['recorded_stage_seconds']:.0f} s)")
     if "wall_seconds" in r:
         lines.append(f"the run's wall {r['wall_seconds']:.0f} s: the floor is {r['floor_share_of_wall']:.2f} of it")
@@ -209,9 +250,12 @@ def report(r: dict) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    if len(sys.argv) == 6 and sys.argv[1] == "--worker":  # one core's measurement (machine_rates)
+        return _worker(*sys.argv[2:])
     ap.add_argument("run", type=Path)
     ap.add_argument("--model", help="model folder for the shapes and tokenizer (default: RUN/iter_0/model)")
-    ap.add_argument("--rate", type=float, help="one thread's GFLOP/s (default: measured here)")
+    ap.add_argument("--rate", type=float, help="one thread's GFLOP/s, taken for every core (default: measured here, "
+                    "alone and with every core busy)")
     ap.add_argument("--cores", type=int, help="cores the run used (default: this process's)")
     ap.add_argument("--wall", type=float, help="the run's wall seconds, as the recipe printed them")
     ap.add_argument("--json", type=Path, help="also write the figures here")

@@ -10,7 +10,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 
-from bench_floor import Shape, floor, gemm_rate  # noqa: E402
+from bench_floor import Shape, floor, gemm_rate, machine_rates  # noqa: E402
 
 from knowtrace_train.errors import UserError  # noqa: E402
 
@@ -106,6 +106,15 @@ def test_bad_runs_are_named(tmp_path, tiny_model_dir):
         floor(tmp_path / "bare", model=str(tiny_model_dir), rate=1.0)
 
 
-def test_gemm_rate_is_measured():
+def test_rates_are_measured_alone_and_on_every_core_at_once():
     shape = Shape(linear=0, head=0, lora_in_out=0, layer_products=((16, 32), (32, 16)))
-    assert gemm_rate(shape, rows=(8,), repeat=1) > 0
+    assert gemm_rate(shape, rows=8, seconds=0.01) > 0
+    alone, together = machine_rates(shape, cores=2, seconds=0.2, delay=3.0)
+    assert alone > 0 and len(together) == 2 and all(r > 0 for r in together)
+
+
+def test_the_floor_takes_what_the_cores_deliver_together(run):
+    one = floor(run, rate=10.0, cores=1)
+    two = floor(run, rate=10.0, cores=2)
+    assert two["machine_gflops"] == 20.0 and one["machine_gflops"] == 10.0
+    assert two["floor_seconds"] == pytest.approx(one["floor_seconds"] / 2)
