@@ -201,11 +201,9 @@ def floor(run: Path, model: str | None = None, rate: float | None = None, cores:
     if not stages:
         raise UserError(f"{run}: no trained adapter (knowtrace_training.json) and no eval.jsonl or rollouts.jsonl")
     cores = cores or len(os.sched_getaffinity(0))
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
-    if rate:
-        alone, loaded = rate, [rate] * cores
-    else:
-        alone, loaded = machine_rates(shape, cores)
+    given = bool(rate)
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") and not given else None
+    alone, loaded = (rate, [rate] * cores) if given else machine_rates(shape, cores)
     rate = alone
     machine = max(alone, sum(loaded))  # the most the machine did per second, on one core or on all
     total = sum(s.flop for s in stages)
@@ -215,7 +213,8 @@ def floor(run: Path, model: str | None = None, rate: float | None = None, cores:
         rows.append({**asdict(s), "tflop": s.flop / 1e12, "floor_seconds_one_core": floor_s,
                      "floor_share": floor_s / s.seconds if s.seconds else None})
     out = {"run": str(run), "rate_gflops_one_thread": rate, "cores": cores, "rate_gflops_all_cores": loaded,
-           "machine_gflops": machine, "rates_given": bool(rate), "load_average_before": None if rate else load, "stages": rows, "tflop": total / 1e12, "floor_seconds": total / (machine * 1e9),
+           "machine_gflops": machine, "rates_given": given, "load_average_before": load, "stages": rows,
+           "tflop": total / 1e12, "floor_seconds": total / (machine * 1e9),
            "recorded_stage_seconds": sum(s.seconds or 0.0 for s in stages)}
     for kind in ("training", "decoding"):
         out[f"{kind}_tflop"] = sum(s.flop for s in stages if s.kind == kind) / 1e12
@@ -228,8 +227,8 @@ def floor(run: Path, model: str | None = None, rate: float | None = None, cores:
 def report(r: dict) -> str:
     lines = [f"{r['run']}: one thread's fp32 rate on the model's products "
              f"({'given' if r.get('rates_given') else 'measured'}) {r['rate_gflops_one_thread']:.1f} GFLOP/s "
-             f"alone; with {r['cores']} core(s) busy at once " + " + ".join(f"{x:.1f}" for x in r["rate_gflops_all_cores"])
-             + f" = {sum(r['rate_gflops_all_cores']):.1f}",
+             f"alone; with {r['cores']} core(s) busy at once "
+             + " + ".join(f"{x:.1f}" for x in r["rate_gflops_all_cores"]) + f" = {sum(r['rate_gflops_all_cores']):.1f}",
              "a stage's floor is its work on one core alone (a stage that ran on two threads can exceed 1)",
              *([f"load average {r['load_average_before']:.1f} before measuring: other work ran beside the rates, "
                 "which are then too low (measure on an otherwise idle machine)"]
@@ -240,7 +239,8 @@ def report(r: dict) -> str:
         share = f"{s['floor_share']:.2f}" if s["floor_share"] else "-"
         lines.append(f"{s['name']:<24} {s['tflop']:>7.2f} {s['floor_seconds_one_core']:>13.0f} s {rec:>9} {share:>15}  "
                      + ", ".join(f"{k} {v}" for k, v in s["counts"].items()))
-    lines.append(f"work {r['tflop']:.1f} TFLOP (training {r['training_tflop']:.1f}, decoding {r['decoding_tflop']:.1f}): "
+    lines.append(f"work {r['tflop']:.1f} TFLOP (training {r['training_tflop']:.1f}, "
+                 f"decoding {r['decoding_tflop']:.1f}): "
                  f"at least {r['floor_seconds']:.0f} s at {r['machine_gflops']:.1f} GFLOP/s, the most this machine did "
                  f"(the stages recorded {r['recorded_stage_seconds']:.0f} s)")
     if "wall_seconds" in r:

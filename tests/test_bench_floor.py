@@ -10,7 +10,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 
-from bench_floor import Shape, floor, gemm_rate, machine_rates  # noqa: E402
+import bench_floor  # noqa: E402
+from bench_floor import Shape, floor, gemm_rate, machine_rates, report  # noqa: E402
 
 from knowtrace_train.errors import UserError  # noqa: E402
 
@@ -118,3 +119,17 @@ def test_the_floor_takes_what_the_cores_deliver_together(run):
     two = floor(run, rate=10.0, cores=2)
     assert two["machine_gflops"] == 20.0 and one["machine_gflops"] == 10.0
     assert two["floor_seconds"] == pytest.approx(one["floor_seconds"] / 2)
+
+
+def test_measured_rates_are_reported_as_measured(run, monkeypatch):
+    monkeypatch.setattr(bench_floor, "machine_rates", lambda shape, cores: (12.0, [11.0, 9.0]))
+    monkeypatch.setattr(bench_floor.os, "getloadavg", lambda: (1.5, 1.0, 1.0))
+    r = floor(run, cores=2)
+    assert r["rates_given"] is False and r["rate_gflops_one_thread"] == 12.0
+    assert r["machine_gflops"] == 20.0  # both cores together delivered more than one alone
+    text = report(r)
+    assert "(measured) 12.0 GFLOP/s alone; with 2 core(s) busy at once 11.0 + 9.0 = 20.0" in text
+    assert "load average 1.5 before measuring" in text
+    given = floor(run, rate=10.0, cores=2)
+    assert given["rates_given"] is True and given["load_average_before"] is None
+    assert "(given)" in report(given) and "load average" not in report(given)
