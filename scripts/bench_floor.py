@@ -78,28 +78,19 @@ def training_stages(run: Path, shape: Shape) -> list[Stage]:
     return out
 
 
-def prefix_tree_size(sequences) -> int:
-    """Positions in a prefix tree of the sequences: each shared prefix counted once."""
-    from knowtrace_train.train.lora import prefix_tree_tokens
-
-    return prefix_tree_tokens([{"input_ids": s} for s in sequences])
-
-
 def decoding_stage(path: Path, name: str, shape: Shape, tokenizer, prompt_format: str, seconds: float | None) -> Stage:
-    from knowtrace_train.train.lora import render_prompt_ids
+    from knowtrace_train.train.lora import prefix_tree_tokens, render_prompt_ids
 
     prompts, rows, calls, prompt_tokens = [], 0, 0, 0
-    for n, row in iter_jsonl(path):
+    for _, row in iter_jsonl(path):
         for call in row.get("calls") or []:
             if not isinstance(call, dict) or not call.get("prompt"):
                 continue
-            prompt = call["prompt"]
-            prompts.append(render_prompt_ids(tokenizer, prompt if isinstance(prompt, str) else tuple(prompt),
-                                             prompt_format))
+            prompts.append(render_prompt_ids(tokenizer, call["prompt"], prompt_format))
             prompt_tokens += int(call.get("prompt_tokens") or len(prompts[-1]))
             rows += max(int(call.get("output_tokens") or 0) - 1, 0)
             calls += 1
-    positions = prefix_tree_size(prompts)
+    positions = prefix_tree_tokens([{"input_ids": ids} for ids in prompts])  # each shared prefix once
     flop = positions * 2 * shape.linear + calls * 2 * shape.head + rows * 2 * (shape.linear + shape.head)
     return Stage(name, "decoding", flop, seconds, {"calls": calls, "prompt_tokens": prompt_tokens,
                                                    "prefill_positions": positions, "decode_rows": rows})
@@ -249,9 +240,9 @@ def report(r: dict) -> str:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     if len(sys.argv) == 6 and sys.argv[1] == "--worker":  # one core's measurement (machine_rates)
         return _worker(*sys.argv[2:])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("run", type=Path)
     ap.add_argument("--model", help="model folder for the shapes and tokenizer (default: RUN/iter_0/model)")
     ap.add_argument("--rate", type=float, help="one thread's GFLOP/s, taken for every core (default: measured here, "
