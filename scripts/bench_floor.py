@@ -13,7 +13,7 @@ out, so the true work is larger and the floor below it):
   batched them: fewer than any engine prefills), one LM-head row per call, and one row through every linear
   layer and the LM head per output token after the first.
 
-The rate: one thread's mean fp32 rate over the model's seven decoder-layer products ([in, out] weights, the
+The rate: one thread's mean fp32 rate over the products of the model's first decoder layer ([in, out] weights, the
 decoding layout) at 512 rows, measured here unless --rate is given: once with the other cores idle, and once on
 every core at once (--cores, default the cores this process may use; one pinned worker process each), since cores
 that share a clock, a cache or a physical core deliver less together than each alone. The floor of a stage is its
@@ -29,31 +29,61 @@ import os
 import sys
 import time
 from dataclasses import asdict, dataclass
+from functools import lru_cache
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench_train's meta_model
 
 from knowtrace_train.errors import UserError  # noqa: E402
 from knowtrace_train.io import iter_jsonl  # noqa: E402
+from knowtrace_train.train.config import LoraTrainConfig  # noqa: E402
 
 
 @dataclass(frozen=True)
 class Shape:
-    """What the work per position depends on: the decoder's linear parameters, the LM head, LoRA's rank sums."""
+    """What the work per position depends on, read from an empty (meta-device) copy of the model, so any
+    architecture counts: the decoder's linear parameters, the LM head, one decoder layer's products."""
 
-    linear: int  # parameters of every decoder layer's linear products, all layers
-    head: int  # vocab x hidden
-    lora_in_out: int  # sum over the adapted linear products of (in + out): a rank-r LoRA holds r x this
-    layer_products: tuple[tuple[int, int], ...]  # (in, out) of one decoder layer's products
+    linear: int  # parameters of every linear product but the LM head, all layers
+    head: int  # the LM head's (vocab x hidden; also when tied to the input embedding)
+    layer_products: tuple[tuple[int, int], ...]  # (in, out) of the first decoder layer's products
+    folder: Path | None = None  # the model folder, for lora_params
 
     @classmethod
-    def from_config(cls, config: dict) -> "Shape":
-        h, i, n = config["hidden_size"], config["intermediate_size"], config["num_hidden_layers"]
-        d = config.get("head_dim") or h // config["num_attention_heads"]
-        q, kv = config["num_attention_heads"] * d, config.get("num_key_value_heads", config["num_attention_heads"]) * d
-        products = ((h, q), (h, kv), (h, kv), (q, h), (h, i), (h, i), (i, h))
-        return cls(linear=n * sum(a * b for a, b in products), head=config["vocab_size"] * h,
-                   lora_in_out=n * sum(a + b for a, b in products), layer_products=products)
+    def of(cls, folder: Path) -> "Shape":
+        import torch
+        from bench_train import meta_model
+
+        model = meta_model(folder)
+        head = model.get_output_embeddings()
+        linears = [(n, m) for n, m in model.named_modules() if isinstance(m, torch.nn.Linear) and m is not head]
+        if not linears or head is None:
+            raise UserError(f"{folder}: the model has no linear layers or no LM head to count")
+        # the first decoder layer: the modules under the first numbered block (model.layers.0.)
+        blocks = [b for b in (_block(n) for n, _ in linears) if b]
+        products = tuple((m.in_features, m.out_features) for n, m in linears if not blocks or _block(n) == blocks[0])
+        return cls(linear=sum(m.weight.numel() for _, m in linears), head=head.weight.numel(),
+                   layer_products=products, folder=Path(folder))
+
+    def lora_params(self, rank: int, target_modules) -> int:
+        """The parameters of a rank-`rank` LoRA on `target_modules`, as peft places it on this model."""
+        return _lora_params(self.folder, rank, json.dumps(target_modules))
+
+
+def _block(name: str) -> str | None:
+    """The numbered block a module is in ("model.layers.0." for "model.layers.0.mlp.up_proj"), None outside one."""
+    parts = name.split(".")
+    return next((".".join(parts[: i + 1]) + "." for i, part in enumerate(parts) if part.isdigit()), None)
+
+
+@lru_cache(maxsize=None)
+def _lora_params(folder: Path, rank: int, target_modules: str) -> int:
+    from bench_train import meta_model
+    from peft import LoraConfig, get_peft_model
+
+    model = get_peft_model(meta_model(folder), LoraConfig(r=rank, target_modules=json.loads(target_modules)))
+    return sum(p.numel() for n, p in model.named_parameters() if "lora_" in n)
 
 
 @dataclass
@@ -69,9 +99,10 @@ def training_stages(run: Path, shape: Shape) -> list[Stage]:
     out = []
     for info in sorted(run.glob("iter_*/*adapters/*/knowtrace_training.json")):
         data = json.loads(info.read_text())
-        res, rank = data["result"], data["config"]["rank"]
+        res, cfg = data["result"], data["config"]
+        lora = shape.lora_params(cfg["rank"], cfg.get("target_modules", LoraTrainConfig().target_modules))
         positions, completion = res.get("computed_tokens") or res["tokens"], res.get("completion_tokens", 0)
-        flop = positions * (4 * shape.linear + 6 * rank * shape.lora_in_out) + completion * 4 * shape.head
+        flop = positions * (4 * shape.linear + 6 * lora) + completion * 4 * shape.head
         name = f"{info.parent.parent.parent.name}/train {data.get('role', info.parent.name)}"
         out.append(Stage(name, "training", flop, res.get("seconds"),
                          {"positions": positions, "tokens": res["tokens"], "completion_tokens": completion}))
@@ -159,7 +190,7 @@ def machine_rates(shape: Shape, cores: int, seconds: float = 3.0, delay: float =
 def _worker(products: str, cpu: str, start_at: str, seconds: str) -> None:
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {int(cpu)})
-    shape = Shape(linear=0, head=0, lora_in_out=0, layer_products=tuple(tuple(p) for p in json.loads(products)))
+    shape = Shape(linear=0, head=0, layer_products=tuple(tuple(p) for p in json.loads(products)))
     print(gemm_rate(shape, start_at=float(start_at), seconds=float(seconds)))
 
 
@@ -179,7 +210,7 @@ def floor(run: Path, model: str | None = None, rate: float | None = None, cores:
     if not run.is_dir():
         raise UserError(f"{run}: no such run folder")
     folder = model_of(run, model)
-    shape = Shape.from_config(json.loads((folder / "config.json").read_text()))
+    shape = Shape.of(folder)
     prompt_format = "chat"
     config_file = run / "config.yaml"
     if config_file.is_file():

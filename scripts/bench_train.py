@@ -169,15 +169,21 @@ def peak_bf16_tflops(device_name: str) -> float | None:
     return None
 
 
-def matmul_params(model_dir: Path) -> int:
-    """N of the 6N estimate: the weights of every linear layer (LM head included, also when it is tied to the
-    input embedding), counted on an empty (meta) copy of the model."""
+def meta_model(model_dir: Path):
+    """An empty (meta-device) copy of the model in `model_dir`: its modules and shapes, no weights read."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
     with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(str(model_dir)))
-    return sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear))
+        return AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(str(model_dir)))
+
+
+def matmul_params(model_dir: Path) -> int:
+    """N of the 6N estimate: the weights of every linear layer (LM head included, also when it is tied to the
+    input embedding), counted on an empty (meta) copy of the model."""
+    import torch
+
+    return sum(m.weight.numel() for m in meta_model(model_dir).modules() if isinstance(m, torch.nn.Linear))
 
 
 def flops_figures(tokens: int, seconds: float, n_params: int) -> dict:

@@ -57,9 +57,11 @@ def _distinct_prefixes(tokenizer, prompts) -> int:
 
 
 def test_shape_of_the_tiny_model(tiny_model_dir):
-    shape = Shape.from_config(json.loads((tiny_model_dir / "config.json").read_text()))
+    shape = Shape.of(tiny_model_dir)
     assert shape.linear == LINEAR
-    assert shape.lora_in_out == LORA_IN_OUT
+    assert shape.layer_products == ((64, 64), (64, 32), (64, 32), (64, 64), (64, 128), (64, 128), (128, 64))
+    assert shape.lora_params(4, "all-linear") == 4 * LORA_IN_OUT
+    assert shape.lora_params(4, ["q_proj", "v_proj"]) == 4 * 2 * (128 + 96)  # only the named products
     assert shape.head == json.loads((tiny_model_dir / "config.json").read_text())["vocab_size"] * 64
 
 
@@ -108,7 +110,7 @@ def test_bad_runs_are_named(tmp_path, tiny_model_dir):
 
 
 def test_rates_are_measured_alone_and_on_every_core_at_once():
-    shape = Shape(linear=0, head=0, lora_in_out=0, layer_products=((16, 32), (32, 16)))
+    shape = Shape(linear=0, head=0, layer_products=((16, 32), (32, 16)))
     assert gemm_rate(shape, rows=8, seconds=0.01) > 0
     alone, together = machine_rates(shape, cores=2, seconds=0.2, delay=3.0)
     assert alone > 0 and len(together) == 2 and all(r > 0 for r in together)
