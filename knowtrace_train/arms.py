@@ -111,8 +111,9 @@ def finished(summary: dict[str, Any]) -> str | None:
 
 
 def common_models(runs: Sequence[dict[str, Any]]) -> list[int]:
-    """The models every one of `runs` evaluated (in order)."""
-    sets = [set(evaluated_models(s)) for s in runs]
+    """The models every one of `runs` evaluated (in order): of those it planned, those it has (a run still going,
+    compared alone, shows its models so far)."""
+    sets = [set(evaluated_models(s)) & set(series(s)[0]) for s in runs]
     return sorted(set.intersection(*sets)) if sets else []
 
 
@@ -167,6 +168,13 @@ def group_arms(summaries: Sequence[dict[str, Any]], keys: Sequence[str] = ()) ->
         if len(set(seeds)) != len(seeds):
             raise ConfigError(f"arm {arm.name} has two runs of one seed ({sorted(seeds)}): each seed once")
     return list(arms.values())
+
+
+def run_arms(summaries: Sequence[dict[str, Any]]) -> list[Arm]:
+    """Each run an arm of its own, of one seed, named by its folder (runs that are no seeds of one setting, as
+    `compare_runs.py --kind` compares them): its models so far against its own M0, each run against the first
+    where their seeds match."""
+    return [Arm(str(s.get("mode")), runs=[s], settings={"run": s["run_dir"]}) for s in summaries]
 
 
 def question_kinds(summary: dict[str, Any]) -> dict[str, str | None]:

@@ -7,7 +7,8 @@ iterations finished so far). The figure has (a) dev EM per iteration, from M0 (i
 its 95% bootstrap interval as an error bar where the run has one (none under 20 dev questions), and
 (b) the FA ratio of each iteration's rollouts, one line per run: backtracing and non-backtracing
 runs side by side when both are given. The table shows EM on bridge questions apart and the
-evidence-supported EM. With two or more runs, each later run is compared with the first, model by
+evidence-supported EM; `--kind bridge` adds each run's models on the bridge questions alone, with their 95%
+intervals and the paired tests against the run's M0 and against the first run (as one-seed arms, below). With two or more runs, each later run is compared with the first, model by
 model, on the same dev questions (matched by id): the EM difference, its paired 95% interval, the
 exact McNemar p-value and the questions only one run answered. The last line printed is one JSON
 object (with those comparisons under "between").
@@ -40,7 +41,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 from knowtrace_train.arms import (  # noqa: E402
-    arms_table, compare_arms, group_arms, plot_arms, replicated, started_run)
+    arms_table, compare_arms, group_arms, plot_arms, replicated, run_arms, started_run)
 from knowtrace_train.errors import MissingExtraError, user_errors  # noqa: E402
 from knowtrace_train.report import (  # noqa: E402
     between_runs_table,
@@ -60,7 +61,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default="runs/compare_runs.png", help="figure file (.png, .svg, .pdf)")
     parser.add_argument("--title", default="", help="figure title")
     parser.add_argument("--kind", choices=("bridge", "comparison"), default=None,
-                        help="several runs per arm: also the table of this kind of dev question alone")
+                        help="also the table of this kind of dev question alone, with intervals and paired tests "
+                             "(single runs: each run alone against its M0, and against the first run)")
     parser.add_argument("--arm", action="append", default=[], metavar="KEY",
                         help="also group the runs into arms by this config key's value (dotted, e.g. bootstrap.questions; "
                              "repeatable): the arms of an ablation")
@@ -86,13 +88,19 @@ def main(argv: list[str] | None = None) -> int:
     if between:
         print()
         print(between_runs_table(between))
+    by_kind = None
+    if args.kind:
+        by_kind = compare_arms(run_arms(summaries), kind=args.kind)
+        print()
+        print(arms_table(by_kind))
     figure = draw(plot_runs, summaries, args)
     runs = []
     for s in summaries:
         ex, ey, fx, fy = series(s)
         runs.append({"run_dir": s["run_dir"], "mode": s["mode"], "em": dict(zip(ex, ey)),
                      "em_interval": dict(zip(ex, em_intervals(s))), "fa_ratio": dict(zip(fx, fy))})
-    print(json.dumps({"figure": figure, "runs": runs, "between": between}))
+    print(json.dumps({"figure": figure, "runs": runs, "between": between,
+                      **({"by_kind": by_kind} if by_kind else {})}))
     return 0
 
 

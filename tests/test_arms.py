@@ -161,6 +161,25 @@ def test_single_runs_of_one_mode_and_other_settings_are_compared_run_by_run(tmp_
         group_arms([load_run(g1), load_run(g2), load_run(g1_seed1)])
 
 
+def test_kind_on_single_runs_prints_each_runs_bridge_questions_with_intervals_and_tests(tmp_path):
+    """`--kind bridge` on runs that are no seeds of one setting: each run alone, its models on the bridge
+    questions with a 95% interval and the paired test against its own M0 (a one-seed arm). g2 gains q06-q09 at
+    iteration 1; q07 is a comparison, so on the 18 bridge questions it gains 3: p = 2 / 2^3. Both runs plan two
+    iterations and have evaluated one so far: the models they have are compared."""
+    g1 = run_folder(tmp_path, "g1", "backtrace", 0, {0: ems(range(6)), 1: ems(range(6))})
+    g2 = run_folder(tmp_path, "g2", "backtrace", 0, {0: ems(range(6)), 1: ems(range(10))}, **{"rollout.samples": 2})
+    r = subprocess.run([sys.executable, str(REPO / "scripts" / "compare_runs.py"), str(g1), str(g2), "--kind", "bridge",
+                        "--out", str(tmp_path / "x.png")], capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "bridge questions only" in r.stdout and f"arm backtrace, run={g2}: seeds [0]" in r.stdout
+    by_kind = json.loads(r.stdout.strip().splitlines()[-1])["by_kind"]
+    m1 = by_kind["arms"][1]["models"][1]
+    assert by_kind["kind"] == "bridge" and m1["n"] == 18 and m1["em_interval"] is None  # under 20 questions: no bounds
+    assert m1["vs_m0"]["diff"] == pytest.approx(3 / 18) and m1["vs_m0"]["p_value"] == pytest.approx(2 / 8)
+    g2_m1 = next(b for b in by_kind["between"] if b["iteration"] == 1)  # g2 - g1 on the bridge questions, paired
+    assert g2_m1["diff"] == pytest.approx(3 / 18) and g2_m1["p_value"] == pytest.approx(2 / 8)
+
+
 def test_runs_of_older_code_are_read_with_the_defaults_and_batching_keys_are_free(tmp_path, two_arms):
     """A config.yaml written before a section existed (rollout, grpo) reads as its defaults, and runs that differ
     only in how a step's records are computed (per_device_batch_size, share_prefixes) are seeds of one arm."""

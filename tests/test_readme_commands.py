@@ -97,7 +97,7 @@ PLAN: dict[str, list[str] | str] = {
         NOT_RUN_HERE + "tests/test_selftrain_reuse.py starts torchrun --nproc_per_node 2 on the self-training loop",
     "accelerate launch --num_processes 4 recipes/selftrain.py --config recipes/configs/selftrain_paper_gpu.yaml":
         NOT_RUN_HERE + "four GPUs (tests/test_selftrain.py validates the paper config's batches for 1-8 processes)",
-    "python scripts/compare_runs.py runs/selftrain_default runs/star --out runs/figure2.png": [],
+    "python scripts/compare_runs.py runs/selftrain_default runs/star --kind bridge --out runs/figure2.png": [],
     "python scripts/export.py runs/selftrain_default --iteration 2": ["--prompts", "1", "--max-new-tokens", "4"],
     "python recipes/selftrain.py --config recipes/configs/selftrain_world_scale.yaml --mode backtrace --seeds 0,1,2 --data.train_questions 200 --data.dev_questions 100 --eval_base false --threads 1 --output_dir runs/scale/backtrace":
         SMALL_SEEDS,
