@@ -115,8 +115,8 @@ class _Watched:
         return getattr(self.inner, key)
 
 
-def _run(tmp: Path, model_dir: Path, beside: bool, fail_on: str | None = None):
-    cfg = load_config(SelfTrainConfig, None, tiny_overrides(tmp, model_dir, eval_beside=beside, threads=2))
+def _run(tmp: Path, model_dir: Path, beside: bool, fail_on: str | None = None, **extra):
+    cfg = load_config(SelfTrainConfig, None, tiny_overrides(tmp, model_dir, eval_beside=beside, threads=2, **extra))
     rows: list[str] = []
     run = SelfTrain(cfg, progress=False, on_metrics=lambda m: rows.append(table_row(m)))
     oracle = oracle_factory(run)
@@ -154,6 +154,25 @@ def test_evaluations_beside_the_next_stages_give_the_same_run(tmp_path, tiny_mod
             wa = load_file(a.run_dir / f"iter_{z}/adapters/{role}/adapter_model.safetensors")
             wb = load_file(b.run_dir / f"iter_{z}/adapters/{role}/adapter_model.safetensors")
             assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa), (z, role)
+
+
+def test_an_evaluation_the_cache_serves_is_taken_in_turn_without_building_a_generator(tmp_path, tiny_model_dir,
+                                                                                      monkeypatch):
+    """A second run in the same cache home takes the raw base's and M0's evaluations from the reuse cache: they are
+    copied in turn on the main thread, and no generator is built for them beside the next stages."""
+    monkeypatch.setenv("KNOWTRACE_CACHE", str(tmp_path / "cache"))
+    first, _, _ = _run(tmp_path / "a", tiny_model_dir, beside=True, reuse=True)
+    first.run()
+    second, rows, calls = _run(tmp_path / "b", tiny_model_dir, beside=True, reuse=True, iterations=1)
+    built = []
+    build = second.build_generator
+    second.build_generator = lambda state: built.append(threading.current_thread().name) or build(state)
+    second.run()
+    assert [r.split()[0] for r in rows] == ["base", "0", "1"]
+    for folder in ("base", "iter_0"):
+        assert "reused_from" in json.loads((second.run_dir / folder / "DONE.eval").read_text()), folder
+    assert not {"base dev eval", "iter_0 dev eval"} & set(calls)  # no model call for the served evaluations
+    assert built == ["MainThread"], built  # only the last evaluation's (M1): none was built for the served two
 
 
 def test_an_evaluation_failing_beside_fails_the_run_on_the_main_thread(tmp_path, tiny_model_dir):

@@ -343,8 +343,7 @@ class Reuse:
         got = inputs() if cache is not None and self.procs.is_main else None
         if got is None:
             return False
-        entry = cache.entry(stage, got)
-        return entry.path.exists() and entry.problem() is None
+        return cache.entry(stage, got).problem() is None  # what lookup would use (an absent folder has no key.json)
 
     def reusable_stage(self, folder: Path, name: str, stage: str, inputs: Callable[[], Mapping[str, Any] | None],
                        body: Callable[[], dict[str, Any]], files: Sequence[str]) -> dict[str, Any]:
