@@ -7,11 +7,12 @@ iterations finished so far). The figure has (a) dev EM per iteration, from M0 (i
 its 95% bootstrap interval as an error bar where the run has one (none under 20 dev questions), and
 (b) the FA ratio of each iteration's rollouts, one line per run: backtracing and non-backtracing
 runs side by side when both are given. The table shows EM on bridge questions apart and the
-evidence-supported EM; `--kind bridge` adds each run's models on the bridge questions alone, with their 95%
-intervals and the paired tests against the run's M0 and against the first run (as one-seed arms, below). With two or more runs, each later run is compared with the first, model by
+evidence-supported EM. With two or more runs, each later run is compared with the first, model by
 model, on the same dev questions (matched by id): the EM difference, its paired 95% interval, the
-exact McNemar p-value and the questions only one run answered. The last line printed is one JSON
-object (with those comparisons under "between").
+exact McNemar p-value and the questions only one run answered. `--kind bridge` adds each run's models
+on the bridge questions alone, with their 95% intervals and the paired tests against the run's M0 and
+the first run (each run a one-seed arm, as below). The last line printed is one JSON object (with
+those comparisons under "between", and the kind's under "by_kind").
 
 Several runs of one mode are the seeds of one arm (`recipes/selftrain.py --seeds 0,1,2` writes them as
 RUN/seed_<s>):
