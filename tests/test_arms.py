@@ -178,6 +178,12 @@ def test_kind_on_single_runs_prints_each_runs_bridge_questions_with_intervals_an
     assert m1["vs_m0"]["diff"] == pytest.approx(3 / 18) and m1["vs_m0"]["p_value"] == pytest.approx(2 / 8)
     g2_m1 = next(b for b in by_kind["between"] if b["iteration"] == 1)  # g2 - g1 on the bridge questions, paired
     assert g2_m1["diff"] == pytest.approx(3 / 18) and g2_m1["p_value"] == pytest.approx(2 / 8)
+    # a run of another seed is compared with its own M0, and with the first run not at all, saying why
+    g3 = run_folder(tmp_path, "g3", "star", 1, {0: ems(range(6)), 1: ems(range(7))})
+    r = subprocess.run([sys.executable, str(REPO / "scripts" / "compare_runs.py"), str(g1), str(g3), "--kind", "bridge",
+                        "--out", str(tmp_path / "y.png")], capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "not compared (no seed among both arms' compared runs: questions pair only within a seed)" in r.stdout
 
 
 def test_runs_of_older_code_are_read_with_the_defaults_and_batching_keys_are_free(tmp_path, two_arms):
