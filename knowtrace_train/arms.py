@@ -241,7 +241,8 @@ def compare_arms(arms: Sequence[Arm], *, kind: str | None = None, seed: int = 0)
         a_runs.sort(key=run_seed)
         b_runs.sort(key=run_seed)
         if not common:
-            out["between"].append({"a": ref.name, "b": other.name, "refused": "no seed among both arms' compared runs: questions pair only within a seed"})
+            out["between"].append({"a": ref.name, "b": other.name, "refused": "no seed among both arms' compared "
+                                   "runs: questions pair only within a seed"})
             continue
         for z in common_models([*a_runs, *b_runs]):
             ids_a, em_a = _em_table(a_runs, z, keep)
