@@ -2,7 +2,7 @@
 
     python scripts/bench_train.py [--model DIR] [--records 100] [--our-records 16] [--ref-steps 1] [--threads N]
     python scripts/bench_train.py --kto 32 [--threads N]     # mode: kto's trainer against SFT, per record
-    python scripts/bench_train.py --shared-prefixes runs/<name>/iter_0 [--steps N [--grouped]] [--threads N]
+    python scripts/bench_train.py --shared-prefixes runs/<name>/iter_0 [--steps N [--grouped|--frozen]] [--threads N]
 
 (a) reference: TRL's defaults as SFTConfig gives them (bf16 autocast, gradient checkpointing, batch 8 padded
     to the longest record, TRL tokenizing the conversational prompt/completion records itself), LoRA as ours;
@@ -382,7 +382,9 @@ def time_shared_prefixes(folder: Path, model: Path | None, steps: int, seed: int
     prefixes run once, in the sampler's uniform shuffle; "grouped": the same, each pass's records drawn from those
     whose prompts begin with the same GROUP_TOKENS tokens (`group_prefix_tokens`). The first two train the same
     records per step (the same permutation, chunked alike: their losses agree); grouped passes train other
-    records per step, so a (shuffled, grouped) comparison is tokens per second, not seconds."""
+    records per step, so a (shuffled, grouped) comparison is tokens per second, not seconds. "autocast" and
+    "frozen_bf16": grouped passes in bf16, the frozen weights cast by autocast at every call or once before training
+    (`frozen_bf16`); the same records per step, so their losses agree exactly."""
     from knowtrace_train.train.lora import LoraTrainConfig, load_records, train_role
 
     model_dir = model or smollm2_dir(Path(tempfile.gettempdir()) / "knowtrace_bench_models")
@@ -397,6 +399,12 @@ def time_shared_prefixes(folder: Path, model: Path | None, steps: int, seed: int
                                 group_prefix_tokens=0),
         "grouped": dict(per_device_batch_size=4, gradient_accumulation_steps=1, share_prefixes=True,
                         group_prefix_tokens=GROUP_TOKENS),
+        # bf16 autocast, as the bootstrap trains on CPUs with native bf16: each frozen weight cast at every call,
+        # or once before training (train.frozen_bf16); the same records per step
+        "autocast": dict(per_device_batch_size=4, gradient_accumulation_steps=1, group_prefix_tokens=GROUP_TOKENS,
+                         precision="bf16", frozen_bf16=False),
+        "frozen_bf16": dict(per_device_batch_size=4, gradient_accumulation_steps=1, group_prefix_tokens=GROUP_TOKENS,
+                            precision="bf16", frozen_bf16=True),
     }
     a, b = ways
 
@@ -449,6 +457,9 @@ def main() -> None:
     ap.add_argument("--grouped", action="store_true",
                     help="with --steps: time grouped passes (train.group_prefix_tokens) against shuffled shared-prefix "
                          "passes instead of shared-prefix passes against one record per pass")
+    ap.add_argument("--frozen", action="store_true",
+                    help="with --steps: time bf16 training with the frozen weights cast once (train.frozen_bf16) "
+                         "against autocast casting them at every call, grouped passes both")
     ap.add_argument("--role", choices=("explore", "complete", "both"), default="both",
                     help="with --steps: train on this role's records (both: the bootstrap's mix)")
     ap.add_argument("--kto", type=int, default=0, metavar="N",
@@ -476,6 +487,7 @@ def main() -> None:
         if args.steps:
             roles = ("explore", "complete") if args.role == "both" else (args.role,)
             ways = ("shared_prefixes", "grouped") if args.grouped else ("per_record", "shared_prefixes")
+            ways = ("autocast", "frozen_bf16") if args.frozen else ways
             counted["timed"] = time_shared_prefixes(args.shared_prefixes, args.model, args.steps, args.seed, roles, ways)
             print(json.dumps(counted))
         return

@@ -681,3 +681,52 @@ def test_grouped_passes_train_every_record_once_in_fewer_positions(tiny_model_di
     else:
         assert results[24].computed_tokens < results[0].computed_tokens
     assert read_training_info(tmp_path / "24")["config"]["group_prefix_tokens"] == 24
+
+
+# -- bf16 on CPUs: the frozen weights cast once ----------------------------------------------------------------
+
+
+def test_frozen_in_bf16_casts_the_base_layers_and_unties_the_head(tiny_model_dir):
+    from peft import get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    model = get_peft_model(AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32),
+                           train_mod.lora_config(LoraTrainConfig(rank=4)))
+    assert precision_mod.frozen_in_bf16(model, where=False) == 0
+    assert all(p.dtype == torch.float32 for p in model.parameters())
+    lora_layers = [m for m in model.modules() if hasattr(m, "lora_A")]
+    assert precision_mod.frozen_in_bf16(model) == len(lora_layers) + 1  # and the LM head
+    base = model.get_base_model()
+    assert all(m.get_base_layer().weight.dtype == torch.bfloat16 for m in lora_layers)
+    assert base.lm_head.weight.dtype == torch.bfloat16 and not base.lm_head.weight.requires_grad
+    assert base.model.embed_tokens.weight.dtype == torch.float32  # untied: the embedding keeps its fp32 weight
+    assert all(p.dtype == torch.float32 for p in model.parameters() if p.requires_grad)
+    assert precision_mod.frozen_in_bf16(model) == 0  # nothing left to cast
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="train_role trains on CUDA where it is available")
+def test_bf16_training_on_cpu_is_bit_identical_with_the_frozen_weights_cast_once(tiny_model_dir, tmp_path, caplog):
+    """Autocast rounds each frozen fp32 weight to bf16 at every call; casting them once gives the same products:
+    the same losses and the same trained LoRA weights, bit for bit, with 4 records per pass (shared prefixes)."""
+    import logging
+
+    from safetensors.torch import load_file
+
+    common = dict(rank=4, dropout=0.0, learning_rate=1e-2, max_steps=3, logging_steps=1, seed=3, precision="bf16",
+                  effective_batch_size=4)
+    records = _records(6) + [{"prompt": PROMPT, "completion": COMPLETION, "role": "complete"}] * 2
+    results = {}
+    for cast in (False, True):
+        with caplog.at_level(logging.INFO, logger="knowtrace_train.train.precision"):
+            caplog.clear()
+            results[cast] = train_role(tiny_model_dir, records, tmp_path / str(cast),
+                                       LoraTrainConfig(frozen_bf16=cast, **common), role="complete")
+            said = [r.getMessage() for r in caplog.records if "frozen weights to bf16" in r.getMessage()]
+        assert bool(said) == cast, said  # cast only where asked
+    off, on = results[False], results[True]
+    assert on.precision == off.precision == "bf16" and on.steps == 3
+    assert on.losses == off.losses and len(on.losses) == 3
+    a = load_file(off.adapter_dir / "adapter_model.safetensors")
+    b = load_file(on.adapter_dir / "adapter_model.safetensors")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert any(v.abs().sum() > 0 for k, v in a.items() if "lora_B" in k)  # trained: B left zero

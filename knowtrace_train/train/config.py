@@ -69,6 +69,13 @@ class LoraTrainConfig:
             "runs once per pass; passes in a seeded random order, every record once per epoch. 0: a uniform shuffle. "
             "The bootstrap's training 1.09x faster, M0 no worse over 2 seeds (docs/training.md).")},
     )
+    frozen_bf16: bool = field(
+        default=True,
+        metadata={"help": (
+            "On CPUs training in bf16 (autocast over fp32 weights): cast the frozen weights the linear layers multiply "
+            "by (LoRA's base layers, the LM head) to bf16 once instead of at every call. Autocast rounds them alike, "
+            "so results are bit-identical; faster (docs/training.md). SFT and KTO; GRPO, which also generates, not.")},
+    )
     packing: bool = field(
         default=False,
         metadata={"help": "Pack records into max_length blocks (best-fit decreasing); implies padding_free."},

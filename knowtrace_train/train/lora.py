@@ -22,7 +22,7 @@ from knowtrace_train.errors import UserError, import_extra
 from knowtrace_train.generation.prepare import PROMPT_FORMATS
 from knowtrace_train.io import atomic_dir, iter_jsonl, write_json
 from knowtrace_train.train.config import LoraTrainConfig, as_trained, common_args, launched_processes, per_device_batch_for
-from knowtrace_train.train.precision import resolve_precision, training_device
+from knowtrace_train.train.precision import frozen_in_bf16, resolve_precision, training_device
 from knowtrace_train.train.trainer import counting_trainer_class, pass_groups
 
 logger = logging.getLogger(__name__)
@@ -390,12 +390,12 @@ def train_role(
             peft_config=lora_config(config),
         )
         trainer.record_groups = pass_groups(rows, config, device)
-        logger.info(
-            "role %s: %d records (%d skipped), %d tokens, batch %d x %d accumulation x %d processes = %d",
-            role, len(rows), skipped, sum(len(r["input_ids"]) for r in rows),
-            config.per_device_batch_size, args.gradient_accumulation_steps, trainer.accelerator.num_processes,
-            config.per_device_batch_size * args.gradient_accumulation_steps * trainer.accelerator.num_processes,
-        )
+        frozen_in_bf16(trainer.model, config.frozen_bf16 and precision == "bf16" and device == "cpu")
+        processes = trainer.accelerator.num_processes
+        logger.info("role %s: %d records (%d skipped), %d tokens, batch %d x %d accumulation x %d processes = %d",
+                    role, len(rows), skipped, sum(len(r["input_ids"]) for r in rows), config.per_device_batch_size,
+                    args.gradient_accumulation_steps, processes,
+                    config.per_device_batch_size * args.gradient_accumulation_steps * processes)
         result = train_measured(trainer, config, output_dir, records=len(rows), skipped=skipped, precision=precision)
         logger.info(
             "role %s: loss %.4f over %d steps, %d tokens in %.1f s (%.1f tokens/s; %d positions computed)",
