@@ -1,7 +1,7 @@
 """The arithmetic floor of a self-training run on this CPU: the model work its files record, at this CPU's own
 measured peak for the model's matrix products, against the seconds the run took.
 
-    python scripts/bench_floor.py runs/<name> [--wall SECONDS] [--cores N] [--rate GFLOPS] [--json FILE]
+    python scripts/bench_floor.py runs/<name> [--wall SECONDS] [--cores N] [--rate GFLOPS] [--dtype D] [--json FILE]
 
 Work, counted from the run's files (a lower bound: attention, norms and every elementwise operation are left
 out, so the true work is larger and the floor below it):
@@ -13,8 +13,9 @@ out, so the true work is larger and the floor below it):
   batched them: fewer than any engine prefills), one LM-head row per call, and one row through every linear
   layer and the LM head per output token after the first.
 
-The rate: one thread's mean fp32 rate over the products of the model's first decoder layer ([in, out] weights, the
-decoding layout) at 512 rows, measured here unless --rate is given: once with the other cores idle, and once on
+The rate: one thread's mean rate over the products of the model's first decoder layer ([in, out] weights, the
+decoding layout) at 512 rows, in fp32 or in bf16 (`--dtype bfloat16`: the dtype a run on a CPU with native bf16
+trains and decodes in), measured here unless --rate is given: once with the other cores idle, and once on
 every core at once (--cores, default the cores this process may use; one pinned worker process each), since cores
 that share a clock, a cache or a physical core deliver less together than each alone. The floor of a stage is its
 work at the first rate on one core; the run's floor is all its work at the most the machine delivered (one core
@@ -143,16 +144,18 @@ def decoding_stages(run: Path, shape: Shape, tokenizer, prompt_format: str) -> l
     return out
 
 
-def gemm_rate(shape: Shape, rows: int = 512, seconds: float = 3.0, start_at: float | None = None) -> float:
-    """One thread's mean fp32 GFLOP/s over `seconds` of one decoder layer's products at `rows` rows ([in, out]
+def gemm_rate(shape: Shape, rows: int = 512, seconds: float = 3.0, start_at: float | None = None,
+              dtype: str = "float32") -> float:
+    """One thread's mean GFLOP/s in `dtype` over `seconds` of one decoder layer's products at `rows` rows ([in, out]
     weights, the decoding layout), after one untimed round; `start_at` (a time.time()) aligns several workers."""
     import torch
 
     before = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        weights = [torch.randn(a, b) * 0.02 for a, b in shape.layer_products]
-        xs = [torch.randn(rows, a) for a, _ in shape.layer_products]
+        kind = getattr(torch, dtype)
+        weights = [(torch.randn(a, b) * 0.02).to(kind) for a, b in shape.layer_products]
+        xs = [torch.randn(rows, a).to(kind) for a, _ in shape.layer_products]
         flop = 2.0 * rows * sum(a * b for a, b in shape.layer_products)
         for x, w in zip(xs, weights):
             x @ w
@@ -168,7 +171,8 @@ def gemm_rate(shape: Shape, rows: int = 512, seconds: float = 3.0, start_at: flo
         torch.set_num_threads(before)
 
 
-def machine_rates(shape: Shape, cores: int, seconds: float = 3.0, delay: float = 5.0) -> tuple[float, list[float]]:
+def machine_rates(shape: Shape, cores: int, seconds: float = 3.0, delay: float = 5.0,
+                  dtype: str = "float32") -> tuple[float, list[float]]:
     """(one thread's rate with the other cores idle, each thread's rate with `cores` threads running at once):
     one worker process per core, pinned to it, one torch thread each. Cores that share a clock, a cache or a
     physical core deliver less than `cores` x the first figure; the floor takes what they do deliver."""
@@ -180,18 +184,18 @@ def machine_rates(shape: Shape, cores: int, seconds: float = 3.0, delay: float =
     def together(n: int) -> list[float]:
         start_at = time.time() + delay  # after every worker has imported torch
         procs = [subprocess.Popen([sys.executable, __file__, "--worker", products, str(cpus[i % len(cpus)]),
-                                   str(start_at), str(seconds)], stdout=subprocess.PIPE, text=True)
+                                   str(start_at), str(seconds), dtype], stdout=subprocess.PIPE, text=True)
                  for i in range(n)]
         return [float(p.communicate()[0].split()[-1]) for p in procs]
 
     return together(1)[0], together(cores)
 
 
-def _worker(products: str, cpu: str, start_at: str, seconds: str) -> None:
+def _worker(products: str, cpu: str, start_at: str, seconds: str, dtype: str) -> None:
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {int(cpu)})
     shape = Shape(linear=0, head=0, layer_products=tuple(tuple(p) for p in json.loads(products)))
-    print(gemm_rate(shape, start_at=float(start_at), seconds=float(seconds)))
+    print(gemm_rate(shape, start_at=float(start_at), seconds=float(seconds), dtype=dtype))
 
 
 def model_of(run: Path, model: str | None) -> Path:
@@ -204,7 +208,7 @@ def model_of(run: Path, model: str | None) -> Path:
 
 
 def floor(run: Path, model: str | None = None, rate: float | None = None, cores: int | None = None,
-          wall: float | None = None) -> dict:
+          wall: float | None = None, dtype: str = "float32") -> dict:
     from transformers import AutoTokenizer
 
     if not run.is_dir():
@@ -225,7 +229,7 @@ def floor(run: Path, model: str | None = None, rate: float | None = None, cores:
     cores = cores or len(os.sched_getaffinity(0))
     given = bool(rate)
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") and not given else None
-    alone, loaded = (rate, [rate] * cores) if given else machine_rates(shape, cores)
+    alone, loaded = (rate, [rate] * cores) if given else machine_rates(shape, cores, dtype=dtype)
     rate = alone
     machine = max(alone, sum(loaded))  # the most the machine did per second, on one core or on all
     total = sum(s.flop for s in stages)
@@ -234,7 +238,7 @@ def floor(run: Path, model: str | None = None, rate: float | None = None, cores:
         floor_s = s.flop / (rate * 1e9)
         rows.append({**asdict(s), "tflop": s.flop / 1e12, "floor_seconds_one_core": floor_s,
                      "floor_share": floor_s / s.seconds if s.seconds else None})
-    out = {"run": str(run), "rate_gflops_one_thread": rate, "cores": cores, "rate_gflops_all_cores": loaded,
+    out = {"run": str(run), "dtype": dtype, "rate_gflops_one_thread": rate, "cores": cores, "rate_gflops_all_cores": loaded,
            "machine_gflops": machine, "rates_given": given, "load_average_before": load, "stages": rows,
            "tflop": total / 1e12, "floor_seconds": total / (machine * 1e9),
            "recorded_stage_seconds": sum(s.seconds or 0.0 for s in stages)}
@@ -247,7 +251,7 @@ def floor(run: Path, model: str | None = None, rate: float | None = None, cores:
 
 
 def report(r: dict) -> str:
-    lines = [f"{r['run']}: one thread's fp32 rate on the model's products "
+    lines = [f"{r['run']}: one thread's {r.get('dtype', 'float32')} rate on the model's products "
              f"({'given' if r.get('rates_given') else 'measured'}) {r['rate_gflops_one_thread']:.1f} GFLOP/s "
              f"alone; with {r['cores']} core(s) busy at once "
              + " + ".join(f"{x:.1f}" for x in r["rate_gflops_all_cores"]) + f" = {sum(r['rate_gflops_all_cores']):.1f}",
@@ -271,7 +275,7 @@ def report(r: dict) -> str:
 
 
 def main() -> None:
-    if len(sys.argv) == 6 and sys.argv[1] == "--worker":  # one core's measurement (machine_rates)
+    if len(sys.argv) == 7 and sys.argv[1] == "--worker":  # one core's measurement (machine_rates)
         return _worker(*sys.argv[2:])
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("run", type=Path)
@@ -280,10 +284,13 @@ def main() -> None:
                     "alone and with every core busy)")
     ap.add_argument("--cores", type=int, help="cores the run used (default: this process's)")
     ap.add_argument("--wall", type=float, help="the run's wall seconds, as the recipe printed them")
+    ap.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32",
+                    help="the products' dtype for the measured rate: bfloat16 for a run that trained and decoded in "
+                         "bf16 (a CPU with native bf16)")
     ap.add_argument("--json", type=Path, help="also write the figures here")
     args = ap.parse_args()
     try:
-        r = floor(args.run, args.model, args.rate, args.cores, args.wall)
+        r = floor(args.run, args.model, args.rate, args.cores, args.wall, args.dtype)
     except UserError as e:
         raise SystemExit(f"error: {e}")
     print(report(r))

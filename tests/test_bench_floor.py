@@ -114,6 +114,10 @@ def test_rates_are_measured_alone_and_on_every_core_at_once():
     assert gemm_rate(shape, rows=8, seconds=0.01) > 0
     alone, together = machine_rates(shape, cores=2, seconds=0.2, delay=3.0)
     assert alone > 0 and len(together) == 2 and all(r > 0 for r in together)
+    # and in bf16, the dtype of a run on a CPU with native bf16 (the workers get it too)
+    assert gemm_rate(shape, rows=8, seconds=0.01, dtype="bfloat16") > 0
+    alone, together = machine_rates(shape, cores=1, seconds=0.1, delay=3.0, dtype="bfloat16")
+    assert alone > 0 and len(together) == 1
 
 
 def test_the_floor_takes_what_the_cores_deliver_together(run):
@@ -124,13 +128,17 @@ def test_the_floor_takes_what_the_cores_deliver_together(run):
 
 
 def test_measured_rates_are_reported_as_measured(run, monkeypatch):
-    monkeypatch.setattr(bench_floor, "machine_rates", lambda shape, cores: (12.0, [11.0, 9.0]))
+    asked = []
+    monkeypatch.setattr(bench_floor, "machine_rates",
+                        lambda shape, cores, dtype: asked.append(dtype) or (12.0, [11.0, 9.0]))
     monkeypatch.setattr(bench_floor.os, "getloadavg", lambda: (1.5, 1.0, 1.0))
     r = floor(run, cores=2)
     assert r["rates_given"] is False and r["rate_gflops_one_thread"] == 12.0
     assert r["machine_gflops"] == 20.0  # both cores together delivered more than one alone
     text = report(r)
-    assert "(measured) 12.0 GFLOP/s alone; with 2 core(s) busy at once 11.0 + 9.0 = 20.0" in text
+    assert "float32 rate on the model's products (measured) 12.0 GFLOP/s alone; with 2 core(s) busy at once " \
+           "11.0 + 9.0 = 20.0" in text
+    assert "bfloat16 rate" in report(floor(run, cores=2, dtype="bfloat16")) and asked == ["float32", "bfloat16"]
     assert "load average 1.5 before measuring" in text
     given = floor(run, rate=10.0, cores=2)
     assert given["rates_given"] is True and given["load_average_before"] is None
