@@ -5,8 +5,10 @@ torch's thread count belongs to each OS thread (OpenMP's and MKL's per-thread se
 thread itself sets it. So while a job runs beside (`selftrain/beside.py`: a model's dev evaluation beside
 the next stages), the job runs on the threads it was lent and the main thread on the rest; `follow()`,
 which the main thread's training steps and generation calls make, takes the lent threads back as soon as
-the job has ended. A model's outputs and a LoRA step's weights were bitwise the same on one thread and on
-two (docs/training.md, "Threads"), so the split changes timings only.
+the job has ended. In fp32 a model's outputs and a LoRA step's weights were bitwise the same on one thread and
+on two (docs/training.md, "Threads"), so there the split changes timings only. In bf16 on a CPU with native bf16
+they were not (docs/training.md, "bf16 on a CPU depends on the thread count"): there a stage's results depend on
+when the job beside it ends.
 """
 
 from __future__ import annotations

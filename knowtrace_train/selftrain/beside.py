@@ -7,7 +7,9 @@ two decoding streams beside each other, one thread each, made 1.41x the rows per
 two threads (docs/training.md, "Threads"). So the loop runs each evaluation on a worker thread with half
 the process's threads, the next stages on the main thread with the other half (`threads.ThreadShare`:
 the main thread takes them all back once the evaluation has ended), and finishes the model's row when the
-next evaluation is due, so rows come in order. Outputs are the same either way (tests/test_beside.py).
+next evaluation is due, so rows come in order. Outputs are the same either way in fp32 (measured on whole runs) and
+on the tests' tiny model (tests/test_beside.py); in bf16 on a CPU with native bf16 the real model's training rounds
+differently on one thread and on two, so there they may differ (docs/training.md).
 
 Off under several processes (the stages meet at barriers), with the vLLM backend (one engine per GPU)
 and on GPUs (not measured); `eval_beside: true` asks for it on a GPU with the transformers backend.
