@@ -238,7 +238,8 @@ def floor(run: Path, model: str | None = None, rate: float | None = None, cores:
         floor_s = s.flop / (rate * 1e9)
         rows.append({**asdict(s), "tflop": s.flop / 1e12, "floor_seconds_one_core": floor_s,
                      "floor_share": floor_s / s.seconds if s.seconds else None})
-    out = {"run": str(run), "dtype": dtype, "rate_gflops_one_thread": rate, "cores": cores, "rate_gflops_all_cores": loaded,
+    out = {"run": str(run), "dtype": dtype, "rate_gflops_one_thread": rate, "cores": cores,
+           "rate_gflops_all_cores": loaded,
            "machine_gflops": machine, "rates_given": given, "load_average_before": load, "stages": rows,
            "tflop": total / 1e12, "floor_seconds": total / (machine * 1e9),
            "recorded_stage_seconds": sum(s.seconds or 0.0 for s in stages)}

@@ -40,7 +40,7 @@ def frozen_in_bf16(model, where: bool = True) -> int:
     """Cast, once, the frozen weights a LoRA model's linear layers multiply by to bf16: each LoRA layer's base
     weight and the LM head (untied from the input embedding, which stays fp32). For CPU training in bf16, where
     the weights are loaded in fp32 and the Trainer autocasts: autocast rounds a frozen weight to bf16 again at
-    every call (it caches only the casts of weights that train), and those casts took about a fifth of a
+    every call (it caches only the casts of weights that train), and those casts took about a quarter of a
     step on the project's AMX Xeon. Autocast would round them the same way, so every product, loss and gradient
     is bit-identical (tests/test_train.py); the LoRA weights, the norms and the embedding stay fp32. Returns how
     many weights were cast; nothing where `where` is false (the caller's condition: `frozen_bf16` set, bf16 on a
@@ -63,5 +63,6 @@ def frozen_in_bf16(model, where: bool = True) -> int:
         # a new Parameter: the input embedding keeps the fp32 one it shared
         head.weight = torch.nn.Parameter(head.weight.detach().to(torch.bfloat16), requires_grad=False)
         cast += 1
-    logger.info("cast %d frozen weights to bf16 once (LoRA's base layers and the LM head): autocast casts them no more", cast)
+    logger.info("cast %d frozen weights to bf16 once (LoRA's base layers and the LM head): autocast casts them no "
+                "more", cast)
     return cast
