@@ -692,16 +692,19 @@ def test_frozen_in_bf16_casts_the_base_layers_and_unties_the_head(tiny_model_dir
 
     model = get_peft_model(AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32),
                            train_mod.lora_config(LoraTrainConfig(rank=4)))
-    assert precision_mod.frozen_in_bf16(model, where=False) == 0
+    # only where asked, and only for bf16 training on a CPU
+    for config, precision, device in ((LoraTrainConfig(frozen_bf16=False), "bf16", "cpu"),
+                                      (LoraTrainConfig(), "fp32", "cpu"), (LoraTrainConfig(), "bf16", "cuda")):
+        assert precision_mod.frozen_in_bf16(model, config, precision, device) == 0
     assert all(p.dtype == torch.float32 for p in model.parameters())
     lora_layers = [m for m in model.modules() if hasattr(m, "lora_A")]
-    assert precision_mod.frozen_in_bf16(model) == len(lora_layers) + 1  # and the LM head
+    assert precision_mod.frozen_in_bf16(model, LoraTrainConfig(), "bf16", "cpu") == len(lora_layers) + 1  # + LM head
     base = model.get_base_model()
     assert all(m.get_base_layer().weight.dtype == torch.bfloat16 for m in lora_layers)
     assert base.lm_head.weight.dtype == torch.bfloat16 and not base.lm_head.weight.requires_grad
     assert base.model.embed_tokens.weight.dtype == torch.float32  # untied: the embedding keeps its fp32 weight
     assert all(p.dtype == torch.float32 for p in model.parameters() if p.requires_grad)
-    assert precision_mod.frozen_in_bf16(model) == 0  # nothing left to cast
+    assert precision_mod.frozen_in_bf16(model, LoraTrainConfig(), "bf16", "cpu") == 0  # nothing left to cast
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="train_role trains on CUDA where it is available")

@@ -177,7 +177,7 @@ def train_role_kto(
         args = kto_args(trained, kto, weights, precision, device, scratch)
         trainer = Trainer(model=model, args=args, train_dataset=Dataset.from_list(rows), processing_class=tokenizer,
                           peft_config=lora_config(trained))
-        frozen_in_bf16(trainer.model, trained.frozen_bf16 and precision == "bf16" and device == "cpu")
+        frozen_in_bf16(trainer.model, trained, precision, device)
         result = train_measured(trainer, trained, output_dir, records=len(rows), skipped=skipped, precision=precision)
         history = trainer.state.log_history
         logged = [h for h in history if "loss" in h]

@@ -390,7 +390,7 @@ def train_role(
             peft_config=lora_config(config),
         )
         trainer.record_groups = pass_groups(rows, config, device)
-        frozen_in_bf16(trainer.model, config.frozen_bf16 and precision == "bf16" and device == "cpu")
+        frozen_in_bf16(trainer.model, config, precision, device)
         processes = trainer.accelerator.num_processes
         logger.info("role %s: %d records (%d skipped), %d tokens, batch %d x %d accumulation x %d processes = %d",
                     role, len(rows), skipped, sum(len(r["input_ids"]) for r in rows), config.per_device_batch_size,

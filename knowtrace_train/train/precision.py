@@ -36,16 +36,16 @@ def training_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def frozen_in_bf16(model, where: bool = True) -> int:
+def frozen_in_bf16(model, config, precision: str, device: str) -> int:
     """Cast, once, the frozen weights a LoRA model's linear layers multiply by to bf16: each LoRA layer's base
     weight and the LM head (untied from the input embedding, which stays fp32). For CPU training in bf16, where
     the weights are loaded in fp32 and the Trainer autocasts: autocast rounds a frozen weight to bf16 again at
     every call (it caches only the casts of weights that train), and those casts took about a quarter of a
     step on the project's AMX Xeon. Autocast would round them the same way, so every product, loss and gradient
-    is bit-identical (tests/test_train.py); the LoRA weights, the norms and the embedding stay fp32. Returns how
-    many weights were cast; nothing where `where` is false (the caller's condition: `frozen_bf16` set, bf16 on a
-    CPU)."""
-    if not where:
+    is bit-identical (tests/test_train.py); the LoRA weights, the norms and the embedding stay fp32. Acts where the
+    training `config` (a LoraTrainConfig) sets `frozen_bf16` and trains in `precision` bf16 on `device` cpu; returns
+    how many weights were cast (0 elsewhere)."""
+    if not (config.frozen_bf16 and precision == "bf16" and device == "cpu"):
         return 0
     import torch
     from peft.tuners.lora import LoraLayer
