@@ -393,18 +393,16 @@ def time_shared_prefixes(folder: Path, model: Path | None, steps: int, seed: int
         path = folder / f"sft_{role}.jsonl"
         if path.is_file():
             records += [{"prompt": r["prompt"], "completion": r["completion"]} for _, r in load_records(path, role)]
+    grouped = dict(per_device_batch_size=4, gradient_accumulation_steps=1, share_prefixes=True,
+                   group_prefix_tokens=GROUP_TOKENS)
     settings = {
         "per_record": dict(per_device_batch_size=1, gradient_accumulation_steps=4, share_prefixes=False),
-        "shared_prefixes": dict(per_device_batch_size=4, gradient_accumulation_steps=1, share_prefixes=True,
-                                group_prefix_tokens=0),
-        "grouped": dict(per_device_batch_size=4, gradient_accumulation_steps=1, share_prefixes=True,
-                        group_prefix_tokens=GROUP_TOKENS),
+        "shared_prefixes": dict(grouped, group_prefix_tokens=0),
+        "grouped": grouped,
         # bf16 autocast, as the bootstrap trains on CPUs with native bf16: each frozen weight cast at every call,
         # or once before training (train.frozen_bf16); the same records per step
-        "autocast": dict(per_device_batch_size=4, gradient_accumulation_steps=1, group_prefix_tokens=GROUP_TOKENS,
-                         precision="bf16", frozen_bf16=False),
-        "frozen_bf16": dict(per_device_batch_size=4, gradient_accumulation_steps=1, group_prefix_tokens=GROUP_TOKENS,
-                            precision="bf16", frozen_bf16=True),
+        "autocast": dict(grouped, precision="bf16", frozen_bf16=False),
+        "frozen_bf16": dict(grouped, precision="bf16", frozen_bf16=True),
     }
     a, b = ways
 
