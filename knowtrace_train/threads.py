@@ -3,12 +3,15 @@
 torch's thread count belongs to each OS thread (OpenMP's and MKL's per-thread settings): a worker's
 `torch.set_num_threads` leaves the main thread's alone, and the main thread's only changes when the main
 thread itself sets it. So while a job runs beside (`selftrain/beside.py`: a model's dev evaluation beside
-the next stages), the job runs on the threads it was lent and the main thread on the rest; `follow()`,
-which the main thread's training steps and generation calls make, takes the lent threads back as soon as
-the job has ended. In fp32 a model's outputs and a LoRA step's weights were bitwise the same on one thread and
-on two (docs/training.md, "Threads"), so there the split changes timings only. In bf16 on a CPU with native bf16
-they were not (docs/training.md, "bf16 on a CPU depends on the thread count"): there a stage's results depend on
-when the job beside it ends.
+the next stages), the job runs on the threads it was lent and the main thread on the rest. When the main
+thread takes them back is the schedule's choice:
+- held (`hold=True`): when it joins the job (`end()`), at a point of the run that the run itself fixes, so
+  every stage runs on a thread count known in advance. In bf16 on a CPU with native bf16 a model's outputs and
+  a LoRA step's weights differ on one thread and on two (docs/training.md, "bf16 on a CPU depends on the thread
+  count"): there only a held share gives the same results whenever the job ends;
+- followed: as soon as the job has ended, at the next `follow()`, which the main thread's training steps and
+  generation calls make. In fp32 the outputs were bitwise the same on one thread and on two (docs/training.md,
+  "Threads"), so there the split changes timings only, and the threads idle no longer than the job runs.
 """
 
 from __future__ import annotations
@@ -24,22 +27,34 @@ class ThreadShare:
         self._owner: threading.Thread | None = None
         self._total = 0
         self._target: int | None = None
+        self._hold = False
 
-    def lend(self, total: int, lent: int) -> int:
+    def lend(self, total: int, lent: int, hold: bool = False) -> int:
         """The calling (main) thread lends `lent` of its `total` threads to a job beside it and runs on the
-        rest from now on. Returns the threads the job gets."""
+        rest from now on: until it joins the job (`end()`) where `hold`, else until the job ends. Returns the
+        threads the job gets."""
         lent = max(1, min(lent, total - 1)) if total > 1 else 1
         with self._lock:
             self._owner = threading.current_thread()
             self._total = total
             self._target = max(1, total - lent)
+            self._hold = hold
         self.follow()
         return lent
 
     def give_back(self) -> None:
-        """The job has ended (called from its thread): the main thread's next `follow()` takes every thread."""
+        """The job has ended (called from its thread): unless the share is held, the main thread's next
+        `follow()` takes every thread."""
         with self._lock:
-            self._target = self._total
+            if not self._hold:
+                self._target = self._total
+
+    def end(self) -> None:
+        """On the main thread, the job joined: it takes every thread now (the share is over)."""
+        with self._lock:
+            if self._owner is threading.current_thread():
+                self._target = self._total
+        self.follow()
 
     def follow(self) -> None:
         """On the main thread: set its torch threads to what it may use now (every thread again once the job

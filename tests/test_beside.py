@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,7 @@ from knowtrace_train.report import table_row
 from knowtrace_train.selftrain import SelfTrain
 from knowtrace_train.selftrain.beside import beside_threads
 from knowtrace_train.selftrain.config import SelfTrainConfig
-from knowtrace_train.threads import ThreadShare
+from knowtrace_train.threads import ThreadShare, follow
 
 from selftrain_helpers import REPO, oracle_factory, tiny_overrides
 
@@ -68,6 +69,29 @@ def test_the_main_thread_lends_threads_and_takes_them_back_when_the_job_ends():
         torch.set_num_threads(before)
 
 
+def test_a_held_share_gives_the_threads_back_when_the_main_thread_joins_the_job_not_when_it_ends():
+    before = torch.get_num_threads()
+    share = ThreadShare()
+    try:
+        torch.set_num_threads(2)
+        assert share.lend(2, 1, hold=True) == 1 and torch.get_num_threads() == 1
+        t = threading.Thread(target=share.give_back)
+        t.start()
+        t.join()
+        share.follow()  # the job has ended, but the main thread has not joined it: still its one thread
+        assert torch.get_num_threads() == 1
+        share.end()
+        assert torch.get_num_threads() == 2
+        share.lend(2, 1)  # a followed share (the default) ends with the job: end() after it changes nothing
+        share.give_back()
+        share.follow()
+        assert torch.get_num_threads() == 2
+        share.end()
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+
+
 def test_loading_adapters_draws_nothing_from_torchs_generator(tmp_path, tiny_model_dir):
     """An evaluation beside a training loads its adapters while the training draws LoRA initialisations and
     record orders from torch's global generator: loading must not move it."""
@@ -99,36 +123,45 @@ def _strip(obj):
 
 
 class _Watched:
-    """A generator that records which thread called it, and fails on `fail_on`'s."""
+    """A generator that records which thread called it, fails on `fail_on`'s and answers a worker thread's calls
+    `delay` seconds late."""
 
-    def __init__(self, inner, calls: list[str], fail_on: str | None):
-        self.inner, self.calls, self.fail_on = inner, calls, fail_on
+    def __init__(self, inner, calls: list[str], fail_on: str | None, delay: float):
+        self.inner, self.calls, self.fail_on, self.delay = inner, calls, fail_on, delay
 
     def generate(self, requests):
         name = threading.current_thread().name
         self.calls.append(name)
         if name == self.fail_on:
             raise RuntimeError(f"no answer on {name}")
+        if name != "MainThread":
+            time.sleep(self.delay)
         return self.inner.generate(requests)
 
     def __getattr__(self, key):
         return getattr(self.inner, key)
 
 
-def _run(tmp: Path, model_dir: Path, beside: bool, fail_on: str | None = None, **extra):
+def _run(tmp: Path, model_dir: Path, beside: bool, fail_on: str | None = None, delay: float = 0.0, **extra):
     cfg = load_config(SelfTrainConfig, None, tiny_overrides(tmp, model_dir, eval_beside=beside, threads=2, **extra))
     rows: list[str] = []
     run = SelfTrain(cfg, progress=False, on_metrics=lambda m: rows.append(table_row(m)))
     oracle = oracle_factory(run)
     calls: list[str] = []
-    run.make_generator = lambda gen_cfg: _Watched(oracle(gen_cfg), calls, fail_on)
+    run.make_generator = lambda gen_cfg: _Watched(oracle(gen_cfg), calls, fail_on, delay)
     return run, rows, calls
 
 
-def test_evaluations_beside_the_next_stages_give_the_same_run(tmp_path, tiny_model_dir):
-    a, rows_a, _ = _run(tmp_path / "a", tiny_model_dir, beside=False)
+def test_a_run_with_evaluations_beside_repeats_itself_however_long_they_take(tmp_path, tiny_model_dir):
+    """The main thread holds its share of the threads until it joins the evaluation beside it
+    (`eval_beside_hold`), so each stage runs on the same thread count whether that evaluation ends at once or
+    after the stage: the same run, every file and adapter. (Taking the thread back as soon as an evaluation ends,
+    `eval_beside_hold: false`, trains on two threads where it ends early and on one where it ends late, and on CPUs
+    whose products round differently on one thread and on two, such as this project's AMX Xeon even in fp32, the
+    adapters then differ: this test failed so.)"""
+    a, rows_a, _ = _run(tmp_path / "a", tiny_model_dir, beside=True)
     a.run()
-    b, rows_b, calls = _run(tmp_path / "b", tiny_model_dir, beside=True)
+    b, rows_b, calls = _run(tmp_path / "b", tiny_model_dir, beside=True, delay=1.0)  # outlasts every stage beside
     b.run()
     # the raw base's, M0's and M1's evaluations ran on worker threads; M2's, the last, on the main thread's all
     workers = {name for name in calls if name != threading.current_thread().name}
@@ -154,6 +187,36 @@ def test_evaluations_beside_the_next_stages_give_the_same_run(tmp_path, tiny_mod
             wa = load_file(a.run_dir / f"iter_{z}/adapters/{role}/adapter_model.safetensors")
             wb = load_file(b.run_dir / f"iter_{z}/adapters/{role}/adapter_model.safetensors")
             assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa), (z, role)
+
+
+@pytest.mark.parametrize("hold", [True, False])
+def test_with_a_held_share_every_stage_beside_an_evaluation_runs_on_the_threads_left_to_it(tmp_path, tiny_model_dir,
+                                                                                        hold):
+    """eval_beside_hold: the main thread's stages keep one of the two threads until they join the evaluation beside
+    them, however early it ends, so each stage's thread count is the schedule's, not the timing's. Without it the main
+    thread takes the thread back as soon as the evaluation ends: here, on the oracle's quick answers, before the join."""
+    run, rows, _ = _run(tmp_path, tiny_model_dir, beside=True, eval_beside_hold=hold)
+    seen: list[tuple[int, int]] = []  # the main thread's threads once the evaluation beside it has ended, and joined
+    finish = run._finish_pending
+
+    def watched(metrics):
+        job = run._pending[0] if run._pending is not None else None
+        if job is not None:
+            job._thread.join()  # the evaluation has ended before the main thread joins it
+            follow()  # what the main thread's next training step or generation call does
+            ended = torch.get_num_threads()
+        finish(metrics)
+        if job is not None:
+            seen.append((ended, torch.get_num_threads()))
+
+    run._finish_pending = watched
+    before = torch.get_num_threads()
+    try:
+        run.run()
+    finally:
+        torch.set_num_threads(before)
+    assert [r.split()[0] for r in rows] == ["base", "0", "1", "2"]
+    assert seen == [(1 if hold else 2, 2)] * 3  # the raw base's, M0's and M1's evaluations ran beside
 
 
 def test_an_evaluation_the_cache_serves_is_taken_in_turn_without_building_a_generator(tmp_path, tiny_model_dir,

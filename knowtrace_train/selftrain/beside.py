@@ -54,12 +54,13 @@ def check_beside(setting: bool | None, processes: int, backend: str) -> None:
 class BesideJob:
     """`body()` on a daemon worker thread with `threads` torch threads lent by the main thread."""
 
-    def __init__(self, body: Callable[[], Any], total: int, threads: int, name: str) -> None:
+    def __init__(self, body: Callable[[], Any], total: int, threads: int, name: str, hold: bool = False) -> None:
         self.name = name
         self._result: Any = None
         self._error: BaseException | None = None
-        self.threads = SHARE.lend(total, threads)
-        log.info("%s: beside the next stages on %d of %d threads", name, self.threads, total)
+        self.threads = SHARE.lend(total, threads, hold)
+        log.info("%s: beside the next stages on %d of %d threads (the main thread takes them back %s)", name,
+                 self.threads, total, "when it joins the job" if hold else "as soon as the job ends")
         self._thread = threading.Thread(target=self._run, args=(body,), name=name, daemon=True)
         self._thread.start()
 
@@ -78,7 +79,7 @@ class BesideJob:
         """Let the job end, without its result (where the main thread is failing already: no stage writes after
         the run). The main thread takes its threads back."""
         self._thread.join()
-        SHARE.follow()
+        SHARE.end()
 
     def result(self) -> Any:
         """Wait for the job; its result, or its exception raised here."""
@@ -91,9 +92,11 @@ class BesideJob:
 class Evaluations:
     """The dev evaluations of SelfTrain (a mixin): in turn, or each beside the next stages."""
 
-    #: threads lent to an evaluation beside the next stages (0: in turn), the process's threads, and the
+    #: threads lent to an evaluation beside the next stages (0: in turn), whether the main thread holds its share
+    #: until it joins the evaluation (`eval_beside_hold`), the process's threads, and the
     #: evaluation running beside with the function that finishes its model's metrics (set by `run`)
     _beside = 0
+    _hold = False
     _threads = 1
     _pending: tuple[BesideJob, Callable[[dict[str, Any] | None], dict[str, Any]]] | None = None
 
@@ -132,7 +135,7 @@ class Evaluations:
             finally:
                 generator.close()  # where the stage came from the reuse cache, or every question was done
 
-        self._pending = (BesideJob(beside, self._threads, self._beside, f"{folder.name} dev eval"), finish)
+        self._pending = (BesideJob(beside, self._threads, self._beside, f"{folder.name} dev eval", self._hold), finish)
 
     def _finish_pending(self, metrics: list[dict[str, Any]]) -> None:
         if self._pending is not None:

@@ -179,6 +179,7 @@ class SelfTrain(Bootstrap, Reuse, AdapterTraining, Evaluations):
         self._beside = beside_threads(cfg.eval_beside, threads, self.procs.world, cfg.generator.backend,
                                       self._generator_device())
         self._threads, self._pending = threads, None
+        self._hold = self._beside > 0 and cfg.eval_beside_hold
         metrics: list[dict[str, Any]] = []
         try:
             if cfg.eval_base:  # beside the bootstrap (or the first iteration)
