@@ -153,19 +153,19 @@ def _run(tmp: Path, model_dir: Path, beside: bool, fail_on: str | None = None, d
 
 
 def test_a_run_with_evaluations_beside_repeats_itself_however_long_they_take(tmp_path, tiny_model_dir):
-    """The main thread holds its share of the threads until it joins the evaluation beside it
-    (`eval_beside_hold`), so each stage runs on the same thread count whether that evaluation ends at once or
+    """The fixed schedule (`eval_beside_fixed`): the main thread holds its share of the threads until it joins the
+    evaluation beside it, so each stage runs on the same thread count whether that evaluation ends at once or
     after the stage: the same run, every file and adapter. (Taking the thread back as soon as an evaluation ends,
-    `eval_beside_hold: false`, trains on two threads where it ends early and on one where it ends late, and on CPUs
+    `eval_beside_fixed: false`, trains on two threads where it ends early and on one where it ends late, and on CPUs
     whose products round differently on one thread and on two, such as this project's AMX Xeon even in fp32, the
     adapters then differ: this test failed so.)"""
     a, rows_a, _ = _run(tmp_path / "a", tiny_model_dir, beside=True)
     a.run()
     b, rows_b, calls = _run(tmp_path / "b", tiny_model_dir, beside=True, delay=1.0)  # outlasts every stage beside
     b.run()
-    # the raw base's, M0's and M1's evaluations ran on worker threads; M2's, the last, on the main thread's all
+    # M0's and M1's evaluations ran on worker threads; the raw base's and M2's, the last, on the main thread's all
     workers = {name for name in calls if name != threading.current_thread().name}
-    assert workers == {"base dev eval", "iter_0 dev eval", "iter_1 dev eval"}
+    assert workers == {"iter_0 dev eval", "iter_1 dev eval"}
     assert [r.split()[0] for r in rows_b] == ["base", "0", "1", "2"]
     assert [r.split()[:3] for r in rows_a] == [r.split()[:3] for r in rows_b]
     files = sorted(p.relative_to(a.run_dir) for p in a.run_dir.rglob("*")
@@ -189,14 +189,15 @@ def test_a_run_with_evaluations_beside_repeats_itself_however_long_they_take(tmp
             assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa), (z, role)
 
 
-@pytest.mark.parametrize("hold", [True, False])
-def test_with_a_held_share_every_stage_beside_an_evaluation_runs_on_the_threads_left_to_it(tmp_path, tiny_model_dir,
-                                                                                        hold):
-    """eval_beside_hold: the main thread's stages keep one of the two threads until they join the evaluation beside
-    them, however early it ends, so each stage's thread count is the schedule's, not the timing's. Without it the main
-    thread takes the thread back as soon as the evaluation ends: here, on the oracle's quick answers, before the join."""
-    run, rows, _ = _run(tmp_path, tiny_model_dir, beside=True, eval_beside_hold=hold)
-    seen: list[tuple[int, int]] = []  # the main thread's threads once the evaluation beside it has ended, and joined
+@pytest.mark.parametrize("fixed", [True, False])
+def test_the_fixed_schedule_joins_each_evaluation_before_the_training_after_it(tmp_path, tiny_model_dir, fixed):
+    """eval_beside_fixed: M(z)'s evaluation runs beside iteration z+1's rollouts on one of the two threads, the main
+    thread keeps only the other, however early the evaluation ends, until it joins it before iteration z+1's training,
+    which gets both; the raw base's evaluation runs in turn. Without it (`false`) the raw base's runs beside the
+    bootstrap, M(z)'s beside the rollouts and the training, and the main thread takes the thread back as soon as the
+    evaluation has ended: here, on the oracle's quick answers, before the join."""
+    run, rows, calls = _run(tmp_path, tiny_model_dir, beside=True, eval_beside_fixed=fixed)
+    seen = []  # per join: the evaluation, the main thread's threads once it has ended and once joined, the stages done
     finish = run._finish_pending
 
     def watched(metrics):
@@ -205,9 +206,11 @@ def test_with_a_held_share_every_stage_beside_an_evaluation_runs_on_the_threads_
             job._thread.join()  # the evaluation has ended before the main thread joins it
             follow()  # what the main thread's next training step or generation call does
             ended = torch.get_num_threads()
+            z = 0 if job.name == "base dev eval" else int(job.name.split()[0].removeprefix("iter_")) + 1
+            done = sorted(p.name for p in (run.run_dir / f"iter_{z}").glob("DONE.*"))
         finish(metrics)
         if job is not None:
-            seen.append((ended, torch.get_num_threads()))
+            seen.append((job.name, ended, torch.get_num_threads(), done))
 
     run._finish_pending = watched
     before = torch.get_num_threads()
@@ -216,7 +219,13 @@ def test_with_a_held_share_every_stage_beside_an_evaluation_runs_on_the_threads_
     finally:
         torch.set_num_threads(before)
     assert [r.split()[0] for r in rows] == ["base", "0", "1", "2"]
-    assert seen == [(1 if hold else 2, 2)] * 3  # the raw base's, M0's and M1's evaluations ran beside
+    if fixed:
+        assert seen == [(f"iter_{z} dev eval", 1, 2, ["DONE.rationalize", "DONE.rollout"]) for z in (0, 1)]
+        assert "base dev eval" not in calls  # in turn, on the main thread
+    else:
+        assert [(name, ended, after) for name, ended, after, _ in seen] == [
+            ("base dev eval", 2, 2), ("iter_0 dev eval", 2, 2), ("iter_1 dev eval", 2, 2)]
+        assert all("DONE.train_explore" in done for _, _, _, done in seen[1:])
 
 
 def test_an_evaluation_the_cache_serves_is_taken_in_turn_without_building_a_generator(tmp_path, tiny_model_dir,

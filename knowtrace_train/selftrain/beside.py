@@ -4,12 +4,20 @@ The evaluation of M(z) needs nothing of iteration z+1, whose rollouts and traini
 the raw base's evaluation needs nothing of the bootstrap. On a CPU these stages use two threads poorly:
 on the 2-core EPYC one thread decoded nearly as fast as two (324 against 302 ms a step at 32 rows), and
 two decoding streams beside each other, one thread each, made 1.41x the rows per second of one stream on
-two threads (docs/training.md, "Threads"). So the loop runs each evaluation on a worker thread with half
-the process's threads, the next stages on the main thread with the other half (`threads.ThreadShare`:
-the main thread takes them all back once the evaluation has ended), and finishes the model's row when the
-next evaluation is due, so rows come in order. Outputs are the same either way in fp32 (measured on whole runs) and
-on the tests' tiny model (tests/test_beside.py); in bf16 on a CPU with native bf16 the real model's training rounds
-differently on one thread and on two, so there they may differ (docs/training.md).
+two threads (docs/training.md, "Threads"). So the loop runs an evaluation on a worker thread with half the
+process's threads, the next stages on the main thread with the other half, and finishes the model's row when
+it joins the evaluation, so rows come in order. Training gained more from a second thread (1.48x on the EPYC).
+
+The schedule is fixed (`eval_beside_fixed`, the default): M(z)'s evaluation runs beside iteration z+1's
+rollouts and is joined before iteration z+1's training; the main thread keeps its half until then, however early
+the evaluation ends (`threads.ThreadShare`, held), and the training, the bootstrap and the raw base's evaluation
+run in turn on every thread. So every stage runs on a thread count the schedule fixes: on the project's AMX Xeon
+products round differently on one thread and on two (bf16 everywhere, fp32 at a few rows), and a thread count
+that changed with timing made two runs of the same code differ. `eval_beside_fixed: false` is the schedule before
+it: the raw base's evaluation beside the bootstrap, M(z)'s beside iteration z+1's rollouts and training until the
+next evaluation is due, the main thread taking the threads back as soon as the evaluation ends. Where the thread
+count changes nothing (fp32 on the 2-core EPYC, measured on whole runs) both give the outputs of evaluations in
+turn.
 
 Off under several processes (the stages meet at barriers), with the vLLM backend (one engine per GPU)
 and on GPUs (not measured); `eval_beside: true` asks for it on a GPU with the transformers backend.
@@ -92,11 +100,11 @@ class BesideJob:
 class Evaluations:
     """The dev evaluations of SelfTrain (a mixin): in turn, or each beside the next stages."""
 
-    #: threads lent to an evaluation beside the next stages (0: in turn), whether the main thread holds its share
-    #: until it joins the evaluation (`eval_beside_hold`), the process's threads, and the
+    #: threads lent to an evaluation beside the next stages (0: in turn), whether the schedule is the fixed one
+    #: (`eval_beside_fixed`), the process's threads, and the
     #: evaluation running beside with the function that finishes its model's metrics (set by `run`)
     _beside = 0
-    _hold = False
+    _fixed = False
     _threads = 1
     _pending: tuple[BesideJob, Callable[[dict[str, Any] | None], dict[str, Any]]] | None = None
 
@@ -115,8 +123,10 @@ class Evaluations:
                   last: bool = False) -> None:
         """Evaluate `state` on the dev questions; `finish(eval figures)` makes the model's metrics (written),
         then recorded in `metrics`, shown and summarized. With `eval_beside` it runs on a worker thread beside
-        the next stages and is finished when the next model's is due (the previous one first: rows in order);
-        the `last` evaluation, which no stage follows, runs on the main thread with every thread."""
+        the next stages and is finished when the main thread joins it: before the next training in the fixed
+        schedule, else when the next model's evaluation is due (the previous one first: rows in order). The
+        `last` evaluation, which no stage follows (and the raw base's in the fixed schedule), runs on the main
+        thread with every thread."""
         self._finish_pending(metrics)
         body = lambda: self._eval(folder, state, seed, iteration)
         if (not self._beside or last or is_done(folder, "eval")
@@ -135,7 +145,7 @@ class Evaluations:
             finally:
                 generator.close()  # where the stage came from the reuse cache, or every question was done
 
-        self._pending = (BesideJob(beside, self._threads, self._beside, f"{folder.name} dev eval", self._hold), finish)
+        self._pending = (BesideJob(beside, self._threads, self._beside, f"{folder.name} dev eval", self._fixed), finish)
 
     def _finish_pending(self, metrics: list[dict[str, Any]]) -> None:
         if self._pending is not None:

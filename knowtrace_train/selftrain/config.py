@@ -236,14 +236,15 @@ class SelfTrainConfig:
         metadata={"help": "hyper-parameter search: dotted key -> values; every combination runs in <run folder>/<point>"},
     )
     eval_beside: bool | None = field(default=None, metadata={"help": (
-        "evaluate each model on a worker thread beside the next stages (the raw base beside the bootstrap, M(z) beside "
-        "iteration z+1's rollouts and training) on half the threads; null: "
+        "evaluate models on a worker thread beside the next stages on half the threads (see eval_beside_fixed); null: "
         "on for one process on a CPU with the transformers backend and 2+ threads")})
-    eval_beside_hold: bool = field(default=True, metadata={"help": (
-        "with eval_beside, the main thread keeps its half of the threads until it joins the evaluation (when the next "
-        "model's is due), so every stage runs on a thread count the schedule fixes and a run repeats; false: it takes "
-        "them back as soon as the evaluation ends, so a stage's thread count, and on CPUs whose products round "
-        "differently on one thread and on two its results, depend on timing (docs/selftrain.md)")})
+    eval_beside_fixed: bool = field(default=True, metadata={"help": (
+        "with eval_beside, a fixed schedule: M(z)'s evaluation runs beside iteration z+1's rollouts and is joined "
+        "before its training, which gets every thread, as do the bootstrap and the raw base's evaluation (in turn), "
+        "so every stage runs on a thread count the schedule fixes and a run repeats; false: the raw base's beside "
+        "the bootstrap, M(z)'s beside iteration z+1's rollouts and training, the main thread taking the threads back "
+        "as soon as the evaluation ends, so a stage's thread count, and on CPUs whose products round differently on "
+        "one thread and on two its results, depend on timing (docs/selftrain.md)")})
     reuse: bool = field(default=True, metadata={"help": (
         "take the raw base's evaluation and probe, M0, M0's evaluation and iteration 1's rollouts from the cache "
         "home ($KNOWTRACE_CACHE/runs) when a run made them from the same inputs; false: compute everything")})

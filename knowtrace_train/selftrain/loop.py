@@ -31,7 +31,8 @@ so a killed run started again with the same config continues at the first unfini
 `reuse`, the stages that depend neither on the mode, the iterations nor `train.*` (the base's evaluation
 and probe, M0, M0's evaluation, iteration 1's rollouts) come from the cache home when a run on this
 machine computed them from the same inputs (reuse.py). With `eval_beside` (on by default for one CPU process)
-each model's dev evaluation runs on a worker thread beside the next stages, with the same outputs (beside.py).
+each model's dev evaluation runs on a worker thread beside the next stages, each stage on a thread count the
+schedule fixes (beside.py).
 """
 
 from __future__ import annotations
@@ -179,12 +180,12 @@ class SelfTrain(Bootstrap, Reuse, AdapterTraining, Evaluations):
         self._beside = beside_threads(cfg.eval_beside, threads, self.procs.world, cfg.generator.backend,
                                       self._generator_device())
         self._threads, self._pending = threads, None
-        self._hold = self._beside > 0 and cfg.eval_beside_hold
+        self._fixed = self._beside > 0 and cfg.eval_beside_fixed
         metrics: list[dict[str, Any]] = []
         try:
-            if cfg.eval_base:  # beside the bootstrap (or the first iteration)
+            if cfg.eval_base:  # beside the bootstrap (or the first iteration) where the share is not held
                 self._evaluate(self.run_dir / "base", self.raw_base(), cfg.strategy.seed, None, self._base_metrics,
-                               metrics, last=cfg.iterations == 0 and cfg.bootstrap.mode == "never")
+                               metrics, last=(cfg.iterations == 0 and cfg.bootstrap.mode == "never") or self._fixed)
             m0 = self._m0(metrics)
             state = m0
             for z in range(1, cfg.iterations + 1):
@@ -386,6 +387,8 @@ class SelfTrain(Bootstrap, Reuse, AdapterTraining, Evaluations):
                      "their %d samples (pass@%d %.3f)", z, roll["correct"], roll["trajectories"], roll["solved"],
                      roll["questions"], roll["samples"], roll["samples"], roll["pass_at_samples"] or 0.0)
         bt = self.stages.run(folder, "rationalize", lambda: self._rationalize(folder, z))
+        if self._fixed:  # the evaluation beside the rollouts is joined here: the training gets every thread
+            self._finish_pending(metrics)
         records = {k: read_records(folder / f"sft_{k}.jsonl") for k in self.record_kinds()}
         groups = self._records_per_adapter(records)
         base = Path(m0.model) if m0.name == "M0" else self.base_path
