@@ -82,7 +82,7 @@ def test_a_held_share_gives_the_threads_back_when_the_main_thread_joins_the_job_
         assert torch.get_num_threads() == 1
         share.end()
         assert torch.get_num_threads() == 2
-        share.lend(2, 1)  # a followed share (the default) ends with the job: end() after it changes nothing
+        share.lend(2, 1)  # a followed share (hold=False) ends with the job: end() after it changes nothing
         share.give_back()
         share.follow()
         assert torch.get_num_threads() == 2

@@ -183,7 +183,7 @@ class SelfTrain(Bootstrap, Reuse, AdapterTraining, Evaluations):
         self._fixed = self._beside > 0 and cfg.eval_beside_fixed
         metrics: list[dict[str, Any]] = []
         try:
-            if cfg.eval_base:  # beside the bootstrap (or the first iteration) where the share is not held
+            if cfg.eval_base:  # in turn in the fixed schedule, else beside the bootstrap (or the first iteration)
                 self._evaluate(self.run_dir / "base", self.raw_base(), cfg.strategy.seed, None, self._base_metrics,
                                metrics, last=(cfg.iterations == 0 and cfg.bootstrap.mode == "never") or self._fixed)
             m0 = self._m0(metrics)
