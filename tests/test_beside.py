@@ -157,8 +157,8 @@ def test_a_run_with_evaluations_beside_repeats_itself_however_long_they_take(tmp
     evaluation beside it, so each stage runs on the same thread count whether that evaluation ends at once or
     after the stage: the same run, every file and adapter. (Taking the thread back as soon as an evaluation ends,
     `eval_beside_fixed: false`, trains on two threads where it ends early and on one where it ends late, and on CPUs
-    whose products round differently on one thread and on two, such as this project's AMX Xeon even in fp32, the
-    adapters then differ: this test failed so.)"""
+    whose products round differently on one thread and on two, such as this project's AMX Xeon, the adapters then
+    differ: this test failed so there in bf16, and a run in turn against one beside on one thread differed in fp32.)"""
     a, rows_a, _ = _run(tmp_path / "a", tiny_model_dir, beside=True)
     a.run()
     b, rows_b, calls = _run(tmp_path / "b", tiny_model_dir, beside=True, delay=1.0)  # outlasts every stage beside
