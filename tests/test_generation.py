@@ -114,6 +114,27 @@ def test_batch_size_and_prefix_sharing_do_not_change_outputs(tiny_model_dir, gen
     assert [c.text for c in chunked] == texts == [c.text for c in chunked_unshared]
 
 
+@pytest.mark.parametrize("share_prefix", [True, False])
+def test_the_lm_head_multiplies_contiguous_rows_in_prefill_and_decoding(tiny_model_dir, share_prefix):
+    """A prefill of several rows hands the LM head each row's last hidden state as a contiguous tensor: a strided
+    slice of the prefill's hidden states took 1,000x the time of a contiguous one in bf16 on a CPU."""
+    g = make(tiny_model_dir, batch_size=5, share_prefix=share_prefix)
+    seen: list[tuple[tuple[int, ...], bool]] = []
+    hooks = [
+        m.get_output_embeddings().register_forward_pre_hook(lambda _m, args: seen.append((tuple(args[0].shape), args[0].is_contiguous())))
+        for m in set(g.models.values())
+    ]
+    try:
+        out = g.generate(requests(n=4))
+    finally:
+        for h in hooks:
+            h.remove()
+    assert len(out) == len(prompts())
+    assert any(shape[0] > 1 for shape, _ in seen), "no call ran the LM head on several rows"
+    assert all(shape[1] == 1 for shape, _ in seen), "the head ran on more positions than each row's last"
+    assert [shape for shape, contiguous in seen if not contiguous] == []
+
+
 def test_shared_prefix_is_computed_once_and_reused_across_calls(tiny_model_dir):
     g = make(tiny_model_dir, batch_size=2, min_shared_prefix=8)
     first = g.generate(requests())

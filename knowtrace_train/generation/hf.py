@@ -143,6 +143,11 @@ class TransformersGenerator(GeneratorBase):
         self.eos_ids = self._eos_ids(model)
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(self.eos_ids)
         self.prefixes = PrefixStore(config.prefix_cache_size)
+        #: `logits_to_keep` as an index: the model then gathers each row's last hidden state into a contiguous
+        #: tensor, where `logits_to_keep=1` hands the LM head a strided slice of the prefill's hidden states; on
+        #: CPUs a bf16 product on such a slice took 1,000x the time (4.2 s against 4.4 ms for 32 rows, 2 threads;
+        #: docs/generation.md), with the same values
+        self._last = torch.tensor([-1], device=self.device)
         #: counters for benchmarks and logs: prompt tokens prefilled vs served from a shared prefix
         self.stats = defaultdict(int)
 
@@ -295,7 +300,7 @@ class TransformersGenerator(GeneratorBase):
         mask = torch.ones(n, n, dtype=torch.bool, device=self.device).tril()[None, None]
         self.model(
             input_ids=new, attention_mask=mask, position_ids=positions, past_key_values=cache,
-            use_cache=True, logits_to_keep=1, knowtrace_prefix=base,
+            use_cache=True, logits_to_keep=self._last, knowtrace_prefix=base,
         )
         self.stats["prefix_tokens_computed"] += n
         tail = cache.as_prefix(token_ids[start:])
@@ -436,7 +441,7 @@ class TransformersGenerator(GeneratorBase):
     def _forward(self, ids, mask, positions, cache, prefix) -> torch.Tensor:
         out = self.model(
             input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache,
-            use_cache=True, logits_to_keep=1, knowtrace_prefix=prefix,
+            use_cache=True, logits_to_keep=self._last, knowtrace_prefix=prefix,
         )
         return out.logits[:, -1].float()
 
