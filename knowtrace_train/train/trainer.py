@@ -167,10 +167,12 @@ def shared_prefix_loss(trainer, model, inputs, return_outputs=False, num_items_i
     correct = torch.zeros((), dtype=torch.long, device=device)
     valid_total = torch.zeros((), dtype=torch.long, device=device)
     computed = 0
+    # the prefix pass needs only keys and values: no position's logits (an empty index for `logits_to_keep`)
+    no_logits = torch.zeros(0, dtype=torch.long, device=device)
     for shared, members in groups:
         if shared:
             prefix = torch.tensor([records[members[0]][0][:shared]], device=device)
-            past = model(input_ids=prefix, use_cache=True, logits_to_keep=1).past_key_values
+            past = model(input_ids=prefix, use_cache=True, logits_to_keep=no_logits).past_key_values
             layers = [(layer.keys, layer.values) for layer in past.layers]
             computed += shared
         for m in members:
