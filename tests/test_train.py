@@ -273,7 +273,17 @@ def test_shared_prefix_passes_give_the_per_record_loss_and_gradients(tiny_model_
     for p in peft_model.parameters():
         if p.requires_grad:
             torch.nn.init.normal_(p, std=0.02)
-    _assert_same_loss_and_gradients(trainer, batch, completion_loss, shared_prefix_loss)
+    head_rows: list[int] = []
+    hook = peft_model.get_base_model().get_output_embeddings().register_forward_pre_hook(
+        lambda _m, args: head_rows.append(args[0].shape[-2]))
+    try:
+        _assert_same_loss_and_gradients(trainer, batch, completion_loss, shared_prefix_loss)
+    finally:
+        hook.remove()
+    # the LM head ran on completion positions only: on none of a shared prefix's, which needs only keys and values
+    completion_positions = sum(sum(1 for label in r["labels"][1:] if label != -100) for r in rows)
+    shared = head_rows[1:]  # [0] is completion_loss's call; then the one shared prefix's pass and each record's
+    assert len(shared) == 1 + len(rows) and shared.count(0) == 1 and sum(shared) == completion_positions
     # the three BrandN records share the chat header and "Question: Who founded the company Brand"
     tokens = sum(len(r["input_ids"]) for r in rows)
     assert 0 < trainer._computed <= tokens - 2 * 16
@@ -701,6 +711,8 @@ def test_frozen_in_bf16_casts_the_base_layers_and_unties_the_head(tiny_model_dir
     assert precision_mod.frozen_in_bf16(model, LoraTrainConfig(), "bf16", "cpu") == len(lora_layers) + 1  # + LM head
     base = model.get_base_model()
     assert all(m.get_base_layer().weight.dtype == torch.bfloat16 for m in lora_layers)
+    # no copy of a layer's input to the fp32 LoRA weights' dtype, which autocast would copy back to bf16
+    assert not any(m.cast_input_dtype_enabled for m in lora_layers)
     assert base.lm_head.weight.dtype == torch.bfloat16 and not base.lm_head.weight.requires_grad
     assert base.model.embed_tokens.weight.dtype == torch.float32  # untied: the embedding keeps its fp32 weight
     assert all(p.dtype == torch.float32 for p in model.parameters() if p.requires_grad)

@@ -42,7 +42,8 @@ def frozen_in_bf16(model, config, precision: str, device: str) -> int:
     the weights are loaded in fp32 and the Trainer autocasts: autocast rounds a frozen weight to bf16 again at
     every call (it caches only the casts of weights that train), and those casts took about a quarter of a
     step on the project's AMX Xeon. Autocast would round them the same way, so every product, loss and gradient
-    is bit-identical (tests/test_train.py); the LoRA weights, the norms and the embedding stay fp32. Acts where the
+    is bit-identical (tests/test_train.py); the LoRA weights, the norms and the embedding stay fp32. It also turns
+    off PEFT's cast of each LoRA layer's input to the LoRA weights' dtype, which autocast undoes (the same values). Acts where the
     training `config` (a LoraTrainConfig) sets `frozen_bf16` and trains in `precision` bf16 on `device` cpu; returns
     how many weights were cast (0 elsewhere)."""
     if not (config.frozen_bf16 and precision == "bf16" and device == "cpu"):
@@ -57,6 +58,10 @@ def frozen_in_bf16(model, config, precision: str, device: str) -> int:
             if weight.dtype == torch.float32 and not weight.requires_grad:
                 weight.data = weight.data.to(torch.bfloat16)
                 cast += 1
+            # PEFT casts a layer's input to the fp32 LoRA weights' dtype, and autocast casts it back to bf16 for
+            # lora_A's product: for a bf16 input (the MLP's down projection) two copies of [tokens, 1536] forward
+            # and two backward, for the same values (bf16 -> fp32 -> bf16 is exact)
+            module.cast_input_dtype_enabled = False
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     head = base.get_output_embeddings()
     if type(head) is torch.nn.Linear and head.weight.dtype == torch.float32 and not head.weight.requires_grad:
