@@ -43,9 +43,9 @@ def frozen_in_bf16(model, config, precision: str, device: str) -> int:
     every call (it caches only the casts of weights that train), and those casts took about a quarter of a
     step on the project's AMX Xeon. Autocast would round them the same way, so every product, loss and gradient
     is bit-identical (tests/test_train.py); the LoRA weights, the norms and the embedding stay fp32. It also turns
-    off PEFT's cast of each LoRA layer's input to the LoRA weights' dtype, which autocast undoes (the same values). Acts where the
-    training `config` (a LoraTrainConfig) sets `frozen_bf16` and trains in `precision` bf16 on `device` cpu; returns
-    how many weights were cast (0 elsewhere)."""
+    off PEFT's cast of each LoRA layer's input to the LoRA weights' dtype, which autocast undoes (the same values).
+    Acts where the training `config` (a LoraTrainConfig) sets `frozen_bf16` and trains in `precision` bf16 on
+    `device` cpu; returns how many weights were cast (0 elsewhere)."""
     if not (config.frozen_bf16 and precision == "bf16" and device == "cpu"):
         return 0
     import torch
