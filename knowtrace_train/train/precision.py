@@ -51,6 +51,8 @@ def frozen_in_bf16(model, config, precision: str, device: str) -> int:
     import torch
     from peft.tuners.lora import LoraLayer
 
+    from knowtrace_train.train.trainer import output_head
+
     cast = 0
     for module in model.modules():
         if isinstance(module, LoraLayer):
@@ -62,8 +64,7 @@ def frozen_in_bf16(model, config, precision: str, device: str) -> int:
             # lora_A's product: for a bf16 input (the MLP's down projection) two copies of [tokens, 1536] forward
             # and two backward, for the same values (bf16 -> fp32 -> bf16 is exact)
             module.cast_input_dtype_enabled = False
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    head = base.get_output_embeddings()
+    head = output_head(model)
     if type(head) is torch.nn.Linear and head.weight.dtype == torch.float32 and not head.weight.requires_grad:
         # a new Parameter: the input embedding keeps the fp32 one it shared
         head.weight = torch.nn.Parameter(head.weight.detach().to(torch.bfloat16), requires_grad=False)

@@ -114,6 +114,12 @@ def _normalized(trainer, model, loss_sum, correct, valid, num_items_in_batch):
     return loss
 
 
+#: a forward pass's fixed cost in positions, for `remainder_batches`: on the 2-core AMX Xeon one training pass
+#: (forward and backward, bf16) of 16 tokens took 0.25 s and 800 tokens 1.7 s, so a pass costs about as much as
+#: 140 more positions in one
+PASS_COST = 128
+
+
 def batch_records(inputs) -> list[tuple[list[int], list[int]]]:
     """A padded (right-padded, `attention_mask`) or padding-free (one flattened row, `position_ids` restarting at
     0) SFT batch as one (input ids, labels) pair per record, pads removed."""
@@ -151,11 +157,13 @@ def prefix_plan(records: list[tuple[list[int], list[int]]], min_prefix: int = 16
 def shared_prefix_loss(trainer, model, inputs, return_outputs=False, num_items_in_batch=None, min_prefix: int = 16,
                        records: list[tuple[list[int], list[int]]] | None = None):
     """`completion_loss` over a batch of several records, where records beginning with the same prompt tokens run
-    those tokens once: the shared prefix's forward pass yields its keys and values, and each record's remainder
-    runs on top of them (one backward pass through all of it). The attention is causal, so a prefix's states do
-    not depend on what follows it: the loss and gradients are those of one pass per record (dropout 0 aside),
-    for fewer tokens computed. Groups and their prefixes: `prefix_plan`. `records`: the batch as `batch_records`
-    splits it, where the caller has it already."""
+    those tokens once: the shared prefix's forward pass yields its keys and values, and the group's remainders run
+    on top of them in right-padded batches of similar lengths (`remainder_batches`; one backward pass through all
+    of it). The attention is causal, so a prefix's states do not depend on what follows it, and a remainder's
+    positions do not see the pads after it: the loss and gradients are those of one pass per record (dropout 0
+    aside), for fewer tokens computed. Groups and their prefixes: `prefix_plan`. `records`: the batch as
+    `batch_records` splits it, where the caller has it already. A batch of remainders, not one pass per record: a
+    CPU pass has a large fixed cost in small operations (docs/training.md, "One pass for a group's remainders")."""
     import torch
     import torch.nn.functional as F
     from transformers import DynamicCache
@@ -163,11 +171,14 @@ def shared_prefix_loss(trainer, model, inputs, return_outputs=False, num_items_i
     records = batch_records(inputs) if records is None else records
     device = inputs["input_ids"].device
     groups = prefix_plan(records, min_prefix)
+    head = output_head(model)
+    pad = getattr(trainer.processing_class, "pad_token_id", None) or 0  # never attended to: it follows every real token
     loss = torch.zeros((), device=device)
     correct = torch.zeros((), dtype=torch.long, device=device)
     valid_total = torch.zeros((), dtype=torch.long, device=device)
     computed = 0
-    # the prefix pass needs only keys and values: no position's logits (an empty index for `logits_to_keep`)
+    # the model's own head runs on no position (an empty index for `logits_to_keep`): the prefix pass needs only
+    # keys and values, and a remainder's loss-carrying positions differ by row, so they are gathered for the head
     no_logits = torch.zeros(0, dtype=torch.long, device=device)
     for shared, members in groups:
         if shared:
@@ -175,23 +186,58 @@ def shared_prefix_loss(trainer, model, inputs, return_outputs=False, num_items_i
             past = model(input_ids=prefix, use_cache=True, logits_to_keep=no_logits).past_key_values
             layers = [(layer.keys, layer.values) for layer in past.layers]
             computed += shared
-        for m in members:
-            ids, labels = records[m]
-            cache = DynamicCache(ddp_cache_data=layers) if shared else None
-            suffix = torch.tensor([ids[shared:]], device=device)
-            target_all = torch.tensor(labels[shared + 1 :] + [-100], device=device)
-            keep = (target_all != -100).nonzero().squeeze(-1)
-            out = model(input_ids=suffix, past_key_values=cache, use_cache=bool(shared), logits_to_keep=keep)
-            logits = out.logits[0].float()
-            target = target_all[keep]
+        for batch in remainder_batches([len(records[m][0]) - shared for m in members]):
+            batch = [members[i] for i in batch]
+            cache = None
+            if shared:
+                n = len(batch)
+                cache = DynamicCache(ddp_cache_data=[(k.expand(n, -1, -1, -1), v.expand(n, -1, -1, -1)) for k, v in layers])
+            remainders = [records[m][0][shared:] for m in batch]
+            width = max(len(r) for r in remainders)
+            ids = torch.tensor([r + [pad] * (width - len(r)) for r in remainders], device=device)
+            # (row, column) of every position whose logits predict a loss-carrying token: the labels shifted by one
+            at = [(row, col, label) for row, m in enumerate(batch)
+                  for col, label in enumerate(records[m][1][shared + 1 :]) if label != -100]
+            rows, cols, target = (torch.tensor(v, device=device) for v in zip(*at))
+            out = model(input_ids=ids, past_key_values=cache, use_cache=bool(shared), logits_to_keep=no_logits,
+                        output_hidden_states=True)
+            with trainer.accelerator.autocast():  # the precision the model's forward runs in (accelerate wraps it)
+                logits = head(out.hidden_states[-1][rows, cols]).float()  # the final norm's output, gathered
             loss = loss + F.cross_entropy(logits, target, reduction="sum")
             with torch.no_grad():
                 correct += (logits.argmax(-1) == target).sum()
                 valid_total += target.numel()
-            computed += len(ids) - shared
+            computed += len(batch) * width
     trainer._computed = computed
     loss = _normalized(trainer, model, loss, correct, valid_total, num_items_in_batch)
     return (loss, None) if return_outputs else loss
+
+
+def remainder_batches(lengths: list[int], pass_cost: int = PASS_COST) -> list[list[int]]:
+    """How `shared_prefix_loss` batches a group's remainders (their `lengths`, in tokens): indices cut into
+    right-padded batches of similar lengths, minimising the positions computed (pads included) plus `pass_cost`
+    positions per forward pass. Sorted by length, the best cut into runs (dynamic programming; a group holds a
+    pass's few records)."""
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+    best = [0] + [None] * len(order)  # best[j]: cost of the first j (sorted) remainders
+    cut = [0] * (len(order) + 1)
+    for j in range(1, len(order) + 1):
+        for i in range(j):  # the last batch holds sorted remainders i .. j-1, padded to the longest (j-1)
+            cost = best[i] + pass_cost + (j - i) * lengths[order[j - 1]]
+            if best[j] is None or cost < best[j]:
+                best[j], cut[j] = cost, i
+    batches, j = [], len(order)
+    while j:
+        batches.append(order[cut[j] : j])
+        j = cut[j]
+    return batches[::-1]
+
+
+def output_head(model):
+    """The LM head of a training model, through DDP's (`module`) and PEFT's (`get_base_model`) wrappers."""
+    model = getattr(model, "module", model)
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return base.get_output_embeddings()
 
 
 def pass_groups(rows, config, device: str) -> list[tuple[int, ...]] | None:
