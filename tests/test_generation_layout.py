@@ -9,7 +9,7 @@ from torch import nn
 
 from knowtrace_train.generation import GenerationRequest, GeneratorConfig
 from knowtrace_train.generation.hf import TransformersGenerator
-from knowtrace_train.generation.layout import TransposedLinear, transpose_here, transpose_linears
+from knowtrace_train.generation.layout import PACKED_MAX_ROWS, PackedLinear, TransposedLinear, pack_here, transpose_here, transpose_linears
 
 from test_generation import adapters  # noqa: F401, E402  (two random LoRA adapters, saved like trained ones)
 
@@ -89,3 +89,51 @@ def test_merged_role_copies_are_transposed_and_a_callers_model_is_left_alone(tin
     plain = linears(model)[0]
     with TransformersGenerator(GeneratorConfig(progress=False, device="cpu", prompt_format="plain"), model=model, tokenizer=tok):
         assert linears(model) == (plain, 0)
+
+
+needs_onednn = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="torch without oneDNN (mkldnn)")
+
+
+@needs_onednn
+@pytest.mark.parametrize("bias", [False, True])
+def test_packed_linear_computes_what_the_linear_does_bit_for_bit(bias):
+    torch.manual_seed(0)
+    lin = nn.Linear(24, 40, bias=bias).to(torch.bfloat16)
+    p = PackedLinear(lin)
+    calls = []
+    real = torch.ops.mkldnn._linear_pointwise
+    try:  # count the packed products: inputs of up to PACKED_MAX_ROWS rows take them, longer ones the plain one
+        torch.ops.mkldnn._linear_pointwise = lambda *a: calls.append(a[0].shape) or real(*a)
+        for shape in [(1, 24), (13, 24), (2, 7, 24), (PACKED_MAX_ROWS, 24), (PACKED_MAX_ROWS + 1, 24), (300, 24)]:
+            x = torch.randn(*shape).to(torch.bfloat16)
+            assert torch.equal(p(x), lin(x))
+    finally:
+        torch.ops.mkldnn._linear_pointwise = real
+    assert calls == [(1, 24), (13, 24), (2, 7, 24), (PACKED_MAX_ROWS, 24)]
+    assert not any(t.requires_grad for t in p.parameters()) and "packed" in repr(p)
+    assert (p.bias is not None) == bias and torch.equal(p.weight, lin.weight)
+
+
+def test_pack_here_resolves_the_setting():
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    onednn = torch.backends.mkldnn.is_available()
+    assert pack_here(None, cpu, torch.bfloat16) == onednn
+    assert not pack_here(None, cpu, torch.float32) and not pack_here(None, cuda, torch.bfloat16)
+    assert not pack_here(False, cpu, torch.bfloat16)
+    with pytest.raises(ValueError, match="pack_weights needs a CPU model in bf16"):
+        pack_here(True, cpu, torch.float32)
+
+
+@needs_onednn
+def test_the_generator_packs_its_own_cpu_bf16_models_and_decodes_the_same(tiny_model_dir, adapters):  # noqa: F811
+    def packed(model) -> int:
+        return sum(isinstance(m, PackedLinear) for m in model.modules())
+
+    with make(tiny_model_dir, dtype="bfloat16", adapters=adapters) as on, \
+            make(tiny_model_dir, dtype="bfloat16", adapters=adapters, pack_weights=False) as off:
+        assert on.merged and all(linears(m)[0] == 0 and packed(m) > 0 for m in on.models.values())
+        assert all(packed(m) == 0 for m in off.models.values())
+        for role in ("explore", "complete", "base"):
+            assert texts(on, role) == texts(off, role)
+    with make(tiny_model_dir, dtype="float32") as fp32:  # fp32 keeps the transposed layout
+        assert packed(fp32.model) == 0 and linears(fp32.model)[1] > 0

@@ -36,7 +36,7 @@ from knowtrace_train.generation.base import (
 )
 from knowtrace_train.generation.config import GeneratorConfig
 from knowtrace_train.generation.devices import cpu_has_native_bf16, local_rank, process_device
-from knowtrace_train.generation.layout import transpose_here, transpose_linears
+from knowtrace_train.generation.layout import pack_here, pack_linears, transpose_here, transpose_linears
 from knowtrace_train.generation.models import resolve_model
 from knowtrace_train.generation.prefix import (
     KVBuffers,
@@ -133,9 +133,11 @@ class TransformersGenerator(GeneratorBase):
         else:
             shared = load_with_adapters(model, config.adapters).eval()
             self.models = {None: shared, **{role: shared for role in config.adapters}}
-        if owned and (self.merged or not config.adapters) and transpose_here(config.transpose_weights, self.device, model.dtype):
-            for m in set(self.models.values()):
-                transpose_linears(m)
+        if owned and (self.merged or not config.adapters):  # a decoding layout for the generator's own models
+            layout = (pack_linears if pack_here(config.pack_weights, self.device, model.dtype)
+                      else transpose_linears if transpose_here(config.transpose_weights, self.device, model.dtype) else None)
+            for m in set(self.models.values()) if layout else ():
+                layout(m)
         self.model = self.models[None]
         self.roles = RoleAdapters(config.adapters, config.base_roles)
         max_context = config.max_context or getattr(model.config, "max_position_embeddings", None) or 2048
