@@ -120,7 +120,9 @@ def test_pack_here_resolves_the_setting():
     assert pack_here(None, cpu, torch.bfloat16) == onednn
     assert not pack_here(None, cpu, torch.float32) and not pack_here(None, cuda, torch.bfloat16)
     assert not pack_here(False, cpu, torch.bfloat16)
-    with pytest.raises(ValueError, match="pack_weights needs a CPU model in bf16"):
+    from knowtrace_train.generation.base import GenerationError
+
+    with pytest.raises(GenerationError, match="generator.pack_weights: true needs a CPU model in bf16"):
         pack_here(True, cpu, torch.float32)
 
 

@@ -110,12 +110,14 @@ def pack_linears(model: nn.Module) -> int:
 
 
 def pack_here(setting: bool | None, device: torch.device, dtype: torch.dtype) -> bool:
-    """`GeneratorConfig.pack_weights` resolved: as set (refused off a CPU in bf16 with oneDNN), else on CPUs in bf16
-    where torch has oneDNN."""
+    """`GeneratorConfig.pack_weights` resolved: as set (a GenerationError off a CPU in bf16 with oneDNN, naming the
+    key), else on CPUs in bf16 where torch has oneDNN."""
     possible = (device.type == "cpu" and dtype == torch.bfloat16 and torch.backends.mkldnn.is_available()
                 and hasattr(torch.ops.mkldnn, "_reorder_linear_weight"))
     if setting and not possible:
-        raise ValueError(f"pack_weights needs a CPU model in bf16 and torch with oneDNN (mkldnn); here: {device.type}, "
+        from knowtrace_train.generation.base import GenerationError
+
+        raise GenerationError(f"generator.pack_weights: true needs a CPU model in bf16 and torch with oneDNN (mkldnn); here: {device.type}, "
                          f"{dtype}, oneDNN {'available' if torch.backends.mkldnn.is_available() else 'missing'}")
     return possible if setting is None else bool(setting)
 
