@@ -117,8 +117,9 @@ def pack_here(setting: bool | None, device: torch.device, dtype: torch.dtype) ->
     if setting and not possible:
         from knowtrace_train.generation.base import GenerationError
 
-        raise GenerationError(f"generator.pack_weights: true needs a CPU model in bf16 and torch with oneDNN (mkldnn); here: {device.type}, "
-                         f"{dtype}, oneDNN {'available' if torch.backends.mkldnn.is_available() else 'missing'}")
+        onednn = "available" if torch.backends.mkldnn.is_available() else "missing"
+        raise GenerationError(f"generator.pack_weights: true needs a CPU model in bf16 and torch with oneDNN (mkldnn); "
+                              f"here: {device.type}, {dtype}, oneDNN {onednn}")
     return possible if setting is None else bool(setting)
 
 
