@@ -108,3 +108,30 @@ def test_default_alias_converts_the_smollm2_gguf(smollm2_dir):
         out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=4, do_sample=False)
     assert "Paris" in tok.decode(out[0, ids.shape[1]:])
     assert os.access(smollm2_dir / "model.safetensors", os.R_OK)
+
+
+def test_conversion_parses_a_gguf_once_and_puts_gguf_back(tmp_path):
+    """Inside `gguf_parsed_once` (the conversion) one reader per file and one tensor-name table per
+    (architecture, layers) serve every read; after it, also after an error, gguf's own functions are back.
+    (The conversion of the real GGUF wrote the same seven files byte for byte with and without it.)"""
+    gguf = pytest.importorskip("gguf")
+    path = tmp_path / "tiny.gguf"
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_block_count(2)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    reader, name_map = gguf.GGUFReader, gguf.get_tensor_name_map
+    with models.gguf_parsed_once():
+        first = gguf.GGUFReader(path)
+        assert gguf.GGUFReader(str(path)) is first and gguf.GGUFReader(path, "c") is not first
+        assert first.fields["llama.block_count"].contents() == 2
+        table = gguf.get_tensor_name_map(gguf.MODEL_ARCH.LLAMA, 2)
+        assert gguf.get_tensor_name_map(gguf.MODEL_ARCH.LLAMA, 2) is table
+        assert table.get_name("model.layers.1.self_attn.q_proj") == "blk.1.attn_q"
+    assert gguf.GGUFReader is reader and gguf.get_tensor_name_map is name_map
+    with pytest.raises(RuntimeError, match="broke"), models.gguf_parsed_once():
+        raise RuntimeError("broke")
+    assert gguf.GGUFReader is reader and gguf.get_tensor_name_map is name_map
+    assert gguf.GGUFReader(path) is not gguf.GGUFReader(path)

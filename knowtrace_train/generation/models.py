@@ -9,10 +9,13 @@ nothing half-written behind, and a finished one is never redone.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import hashlib
 import importlib.util
 import logging
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 from knowtrace_train.generation.base import GenerationError
@@ -138,7 +141,7 @@ def convert_gguf(gguf: Path, cache: str | os.PathLike | None = None) -> Path:
 
     log.info("converting %s into %s (once)", gguf, target)
     # another process that finishes the same conversion first wins: its copy is kept
-    with atomic_dir(target, done=_DONE_MARKER) as tmp:
+    with atomic_dir(target, done=_DONE_MARKER) as tmp, gguf_parsed_once():
         model = AutoModelForCausalLM.from_pretrained(
             str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32
         )
@@ -152,3 +155,28 @@ def convert_gguf(gguf: Path, cache: str | os.PathLike | None = None) -> Path:
         tokenizer.save_pretrained(tmp)
         (tmp / _DONE_MARKER).write_text(f"{gguf}\n")
     return target
+
+
+@contextlib.contextmanager
+def gguf_parsed_once() -> Iterator[None]:
+    """While converting, transformers reads the GGUF file three times (the config, the weights, the tokenizer),
+    parsing every metadata field each time (the tokenizer's 49k tokens and merges, one numpy view per part), and
+    rebuilds gguf's tensor-name table for each of the model's tensors. Inside this block `gguf.GGUFReader`
+    returns one reader per file and `gguf.get_tensor_name_map` one table per (architecture, layers): the
+    same objects, read only, so the same output (tests/test_generation.py compares the files)."""
+    import gguf
+
+    reader, name_map = gguf.GGUFReader, gguf.get_tensor_name_map
+    readers: dict[tuple[str, str], object] = {}
+
+    def read_once(path, mode="r"):
+        key = (os.fspath(path), mode)
+        if key not in readers:
+            readers[key] = reader(path, mode)
+        return readers[key]
+
+    gguf.GGUFReader, gguf.get_tensor_name_map = read_once, functools.lru_cache(maxsize=None)(name_map)
+    try:
+        yield
+    finally:
+        gguf.GGUFReader, gguf.get_tensor_name_map = reader, name_map
