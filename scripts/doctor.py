@@ -114,7 +114,10 @@ def check_cuda_tests(state: dict) -> dict:
     last = (r.stdout.strip().splitlines() or ["(no output)"])[-1]
     if r.returncode:
         raise RuntimeError(f"pytest exit {r.returncode}: {last}\n{r.stdout[-6000:]}")
-    return {"detail": f"{' '.join(CUDA_TESTS)}: {last}"}
+    # the suite's -ra summary: each skip with its reason ("SKIPPED [n] file:line: why")
+    skips = [line.split(" ", 1)[1] for line in r.stdout.splitlines() if line.startswith("SKIPPED ")]
+    return {"detail": f"{' '.join(CUDA_TESTS)}: {last}" + (f"; skipped: {'; '.join(skips)}" if skips else ""),
+            "skipped_tests": skips}
 
 
 def check_train(state: dict) -> dict:

@@ -42,6 +42,21 @@ def test_the_gpu_checks_say_why_they_skip_on_a_cpu():
         doctor.check_train({"device": "cpu"})
 
 
+def test_the_cuda_tests_check_names_each_skipped_test_and_why(monkeypatch):
+    """On the H200 the check said '72 passed, 3 skipped' and not which: the -ra summary's skips go into it."""
+    import subprocess
+
+    out = ("..s.\n=== short test summary info ===\n"
+           "SKIPPED [2] tests/test_generation_vllm.py:31: vLLM is not installed\n"
+           "SKIPPED [1] tests/test_train.py:90: the CPU's error\n4 passed, 3 skipped in 1.00s\n")
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 0, out, ""))
+    row = doctor.check_cuda_tests({"device": "cuda"})
+    assert row["skipped_tests"] == ["[2] tests/test_generation_vllm.py:31: vLLM is not installed",
+                                    "[1] tests/test_train.py:90: the CPU's error"]
+    assert row["detail"].endswith("4 passed, 3 skipped in 1.00s; skipped: [2] tests/test_generation_vllm.py:31: "
+                                  "vLLM is not installed; [1] tests/test_train.py:90: the CPU's error")
+
+
 def test_the_doctor_prints_a_table_and_ends_in_json_and_fails_only_on_a_failed_check(monkeypatch, tmp_path, capsys):
     monkeypatch.setattr(doctor, "check_model", lambda state: {"detail": "m"})
     monkeypatch.setattr(doctor, "check_train", lambda state: {"detail": "77 tokens/s", "tok_s": 77.0})
