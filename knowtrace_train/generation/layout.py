@@ -25,6 +25,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from knowtrace_train.generation.base import GenerationError
+
 
 class TransposedLinear(nn.Module):
     """`nn.Linear`'s product on a contiguous [in, out] copy of its weight (frozen: for inference)."""
@@ -115,8 +117,6 @@ def pack_here(setting: bool | None, device: torch.device, dtype: torch.dtype) ->
     possible = (device.type == "cpu" and dtype == torch.bfloat16 and torch.backends.mkldnn.is_available()
                 and hasattr(torch.ops.mkldnn, "_reorder_linear_weight"))
     if setting and not possible:
-        from knowtrace_train.generation.base import GenerationError
-
         onednn = "available" if torch.backends.mkldnn.is_available() else "missing"
         raise GenerationError(f"generator.pack_weights: true needs a CPU model in bf16 and torch with oneDNN (mkldnn); "
                               f"here: {device.type}, {dtype}, oneDNN {onednn}")
