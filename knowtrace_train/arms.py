@@ -6,7 +6,8 @@ A seed (`SelfTrainConfig.seed`) draws the LoRA initialisation and record order o
 iteration's adapters (`strategy.seed` draws the sampling, which the greedy default does not use); the
 questions (`data.seed`) stay the same, so every seed and arm is scored on the same dev questions and the
 tests pair them by id. Runs of one arm may differ only in `ARM_FREE_KEYS`; a run that has not finished every
-iteration it planned is listed as incomplete and left out of the means and tests.
+iteration it planned is listed as incomplete and left out of the means and tests; with `upto` Z only models 0..Z are
+compared, so a run stopped (or still going) after iteration Z counts as a seed for them.
 """
 
 from __future__ import annotations
@@ -42,6 +43,8 @@ class Arm:
     runs: list[dict[str, Any]] = field(default_factory=list)
     incomplete: list[dict[str, Any]] = field(default_factory=list)
     settings: dict[str, Any] = field(default_factory=dict)
+    #: the last model compared (None: every model the runs planned)
+    upto: int | None = None
 
     @property
     def seeds(self) -> list[int]:
@@ -92,30 +95,32 @@ def config_differences(a: dict[str, Any], b: dict[str, Any], free: frozenset[str
     return [f"{k} ({a.get(k)!r} vs {b.get(k)!r})" for k in keys]
 
 
-def evaluated_models(summary: dict[str, Any]) -> list[int]:
+def evaluated_models(summary: dict[str, Any], upto: int | None = None) -> list[int]:
     """The models a run plans to evaluate: M0 and every iteration, or with `eval_every` k every k-th iteration
-    and the last (GRPO's many cheap steps)."""
+    and the last (GRPO's many cheap steps); with `upto` Z those up to model Z."""
     from knowtrace_train.selftrain.config import evaluates
 
     planned = int(summary.get("iterations_planned") or 0)
     every = int(flat_config(summary["run_dir"]).get("eval_every") or 1)
-    return [z for z in range(planned + 1) if evaluates(z, planned, every)]
+    return [z for z in range(planned + 1) if evaluates(z, planned, every) and (upto is None or z <= upto)]
 
 
-def finished(summary: dict[str, Any]) -> str | None:
-    """None where the run evaluated every model it planned to (`evaluated_models`); else why not."""
+def finished(summary: dict[str, Any], upto: int | None = None) -> str | None:
+    """None where the run evaluated every model it planned to (`evaluated_models`), up to model `upto` where
+    given; else why not."""
     em_x = series(summary)[0]
     planned = int(summary.get("iterations_planned") or 0)
-    missing = [z for z in evaluated_models(summary) if z not in em_x]
+    missing = [z for z in evaluated_models(summary, upto) if z not in em_x]
     if missing:
-        return f"no dev evaluation of model(s) {missing} (planned iterations 1..{planned})"
+        return (f"no dev evaluation of model(s) {missing} (planned iterations 1..{planned}"
+                + (f", compared up to M{upto})" if upto is not None else ")"))
     return None
 
 
-def common_models(runs: Sequence[dict[str, Any]]) -> list[int]:
-    """The models every one of `runs` evaluated (in order): of those it planned, those it has (a run still going,
-    compared alone, shows its models so far)."""
-    sets = [set(evaluated_models(s)) & set(series(s)[0]) for s in runs]
+def common_models(runs: Sequence[dict[str, Any]], upto: int | None = None) -> list[int]:
+    """The models every one of `runs` evaluated (in order), up to model `upto` where given: of those it planned,
+    those it has (a run still going, compared alone, shows its models so far)."""
+    sets = [set(evaluated_models(s, upto)) & set(series(s)[0]) for s in runs]
     return sorted(set.intersection(*sets)) if sets else []
 
 
@@ -132,11 +137,13 @@ def replicated(summaries: Sequence[dict[str, Any]]) -> bool:
     return False
 
 
-def group_arms(summaries: Sequence[dict[str, Any]], keys: Sequence[str] = ()) -> list[Arm]:
+def group_arms(summaries: Sequence[dict[str, Any]], keys: Sequence[str] = (), upto: int | None = None) -> list[Arm]:
     """The runs grouped by mode and by the values of the config `keys` (dotted, e.g. `bootstrap.questions`: the
     arms of an ablation), in the order given. Runs of one arm whose configs differ in anything but
-    `ARM_FREE_KEYS` are a ConfigError naming the keys, as is a key no run's config has; incomplete runs are set
-    aside in `Arm.incomplete`."""
+    `ARM_FREE_KEYS` are a ConfigError naming the keys, as is a key no run's config has; incomplete runs (those
+    missing a model up to `upto` where given) are set aside in `Arm.incomplete`."""
+    if upto is not None and upto < 0:
+        raise ConfigError(f"upto: the last model compared is M0 or an iteration (>= 0), got {upto}")
     arms: dict[tuple, Arm] = {}
     first: dict[tuple, tuple[dict[str, Any], dict[str, Any]]] = {}
     for s in summaries:
@@ -149,7 +156,7 @@ def group_arms(summaries: Sequence[dict[str, Any]], keys: Sequence[str] = ()) ->
                                   + (f" (did you mean {near[0]!r}?)" if near else ""))
         settings = {key: cfg[key] for key in keys}
         group = (mode, *map(repr, settings.values()))
-        arm = arms.setdefault(group, Arm(mode, settings=settings))
+        arm = arms.setdefault(group, Arm(mode, settings=settings, upto=upto))
         if group in first:
             ref_summary, ref_cfg = first[group]
             diff = config_differences(ref_cfg, cfg, ARM_FREE_KEYS)
@@ -160,7 +167,7 @@ def group_arms(summaries: Sequence[dict[str, Any]], keys: Sequence[str] = ()) ->
                                   + ("" if keys else " (an ablation's arms: compare_runs.py --arm KEY)"))
         else:
             first[group] = (s, cfg)
-        why = finished(s)
+        why = finished(s, upto)
         if why is None:
             arm.runs.append(s)
         else:
@@ -212,7 +219,7 @@ def compare_arms(arms: Sequence[Arm], *, kind: str | None = None, seed: int = 0)
     questions of each question's mean EM over the seeds), the pooled paired test against M0; and each later arm
     against the first on the seeds both ran, model by model (`pairing.pooled_paired_test`). With `kind`
     ("bridge" or "comparison") only the dev questions of that kind count (kinds from the runs' dev file)."""
-    out: dict[str, Any] = {"kind": kind, "arms": [], "between": []}
+    out: dict[str, Any] = {"kind": kind, "upto": arms[0].upto if arms else None, "arms": [], "between": []}
     keep = None
     if kind is not None:
         first = next((a.runs[0] for a in arms if a.runs), None)
@@ -221,7 +228,7 @@ def compare_arms(arms: Sequence[Arm], *, kind: str | None = None, seed: int = 0)
         rows = []
         if arm.runs:
             m0_em: list[list[float]] = []
-            for z in common_models(arm.runs):
+            for z in common_models(arm.runs, arm.upto):
                 ids, em = _em_table(arm.runs, z, keep)
                 if z == 0:
                     m0_em = em
@@ -246,7 +253,7 @@ def compare_arms(arms: Sequence[Arm], *, kind: str | None = None, seed: int = 0)
             out["between"].append({"a": ref.name, "b": other.name, "refused": "no seed among both arms' compared "
                                    "runs: questions pair only within a seed"})
             continue
-        for z in common_models([*a_runs, *b_runs]):
+        for z in common_models([*a_runs, *b_runs], ref.upto):
             ids_a, em_a = _em_table(a_runs, z, keep)
             ids_b, em_b = _em_table(b_runs, z, keep)
             if ids_a != ids_b:
@@ -267,6 +274,8 @@ def arms_table(result: dict[str, Any]) -> str:
     """`compare_arms` as text: per arm and model the mean dev EM over the seeds with its interval, each seed's
     EM and the pooled test against M0; then the arms against the first."""
     lines = [f"{result['kind']} questions only"] if result.get("kind") else []
+    if result.get("upto") is not None:
+        lines.append(f"models up to M{result['upto']} (later ones not compared)")
     for arm in result["arms"]:
         lines.append(f"arm {arm['arm']}: seeds {arm['seeds']}" + (
             "; incomplete, left out: " + "; ".join(f"seed {r['seed']} ({r['run_dir']}: {r['why']})" for r in arm["incomplete"])

@@ -26,6 +26,9 @@ questions for the p-value). The figure draws every seed as a thin line and the m
 thick one. An arm's runs must share their config but for the seed (a run of other settings is refused, the
 differing keys named); a run that has not finished is listed and left out.
 
+Runs stopped after iteration Z (a time limit) or still going are seeds for their models so far with `--upto Z`:
+the table and tests then cover M0..MZ, and a run without one of those is still incomplete.
+
 An ablation's arms differ in a config key: `--arm KEY` (dotted, repeatable) groups the runs by mode and by that
 key's value, then compares the arms as above, M0 included (runs of `--iterations 0` compare their M0s):
 
@@ -64,6 +67,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kind", choices=("bridge", "comparison"), default=None,
                         help="also the table of this kind of dev question alone, with intervals and paired tests "
                              "(single runs: each run alone against its M0, and against the first run)")
+    parser.add_argument("--upto", type=int, default=None, metavar="Z",
+                        help="compare the seeds' models up to M<Z> only: a run stopped (or still going) after iteration Z "
+                             "counts as a seed for them")
     parser.add_argument("--arm", action="append", default=[], metavar="KEY",
                         help="also group the runs into arms by this config key's value (dotted, e.g. bootstrap.questions; "
                              "repeatable): the arms of an ablation")
@@ -79,8 +85,8 @@ def main(argv: list[str] | None = None) -> int:
     except (FileNotFoundError, json.JSONDecodeError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    if args.arm or replicated(summaries):  # seeds of one setting: arms (their other runs must be seeds of one setting too)
-        return compare_seeds(group_arms(summaries, args.arm), args)
+    if args.arm or args.upto is not None or replicated(summaries):  # seeds of one setting: arms (their other runs must be seeds of one setting too)
+        return compare_seeds(group_arms(summaries, args.arm, args.upto), args)
     if started:
         print(f"error: {started[0]}: no summary.json yet (the run has evaluated no model)", file=sys.stderr)
         return 2

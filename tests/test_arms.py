@@ -263,3 +263,29 @@ def test_compare_runs_arm_prints_the_ablation(tmp_path):
     assert "backtrace, train.epochs=2.0 - backtrace, train.epochs=1.0 at M0 over seeds [0, 1] x 24 questions" in r.stdout
     last = json.loads(r.stdout.strip().splitlines()[-1])
     assert [a["settings"] for a in last["arms"]] == [{"train.epochs": 1.0}, {"train.epochs": 2.0}]
+
+
+def test_upto_compares_runs_stopped_after_an_iteration_as_seeds(tmp_path, two_arms):
+    """Runs that planned 3 iterations and stopped after 2 (a time limit) are incomplete; with upto=2 they are the
+    arm's seeds for M0..M2 (the table of `two_arms`, whose runs planned 2), and a run without M2 stays incomplete."""
+    from knowtrace_train.arms import arms_table
+
+    stopped = []
+    for seed in (0, 1):  # two_arms' EMs, 3 iterations planned
+        stopped.append(run_folder(tmp_path / "stopped", f"bt_{seed}", "backtrace", seed,
+                                  {0: ems(range(6)), 1: ems(range(7)), 2: ems(range(10))}, planned=3))
+        stopped.append(run_folder(tmp_path / "stopped", f"star_{seed}", "star", seed,
+                                  {0: ems(range(6)), 1: ems(range(6)), 2: ems(range(7 if seed == 0 else 6))}, planned=3))
+    stopped = [load_run(r) for r in stopped]
+    assert all(a.runs == [] for a in group_arms(stopped))
+    full, upto = compare_arms(group_arms(two_arms)), compare_arms(group_arms(stopped, upto=2))
+    assert upto["arms"][0]["models"] == full["arms"][0]["models"] and upto["between"] == full["between"]
+    assert "models up to M2" in arms_table(upto) and upto["upto"] == 2
+    assert [m["iteration"] for m in compare_arms(group_arms(stopped, upto=1))["arms"][0]["models"]] == [0, 1]
+    short = load_run(run_folder(tmp_path / "stopped", "bt_short", "backtrace", 5, {0: ems(range(6)), 1: ems(range(7))}, planned=3))
+    arm, _ = group_arms([*stopped, short], upto=2)
+    assert arm.seeds == [0, 1] and arm.incomplete == [
+        {"run_dir": short["run_dir"], "seed": 5,
+         "why": "no dev evaluation of model(s) [2] (planned iterations 1..3, compared up to M2)"}]
+    with pytest.raises(ConfigError, match="upto"):
+        group_arms(stopped, upto=-1)
