@@ -31,15 +31,15 @@ class ThreadShare:
         self._target: int | None = None
         self._hold = False
 
-    def lend(self, total: int, lent: int, hold: bool = False) -> int:
+    def lend(self, total: int, lent: int, hold: bool = False, keep: int | None = None) -> int:
         """The calling (main) thread lends `lent` of its `total` threads to a job beside it and runs on the
-        rest from now on: until it joins the job (`end()`) where `hold`, else until the job ends. Returns the
-        threads the job gets."""
+        rest (`keep` of them, where given) from now on: until it joins the job (`end()`) where `hold`, else until
+        the job ends. Returns the threads the job gets."""
         lent = max(1, min(lent, total - 1)) if total > 1 else 1
         with self._lock:
             self._owner = threading.current_thread()
             self._total = total
-            self._target = max(1, total - lent)
+            self._target = max(1, min(keep, total - lent) if keep is not None else total - lent)
             self._hold = hold
         self.follow()
         return lent

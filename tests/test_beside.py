@@ -128,10 +128,12 @@ class _Watched:
 
     def __init__(self, inner, calls: list[str], fail_on: str | None, delay: float):
         self.inner, self.calls, self.fail_on, self.delay = inner, calls, fail_on, delay
+        self.threads: list[int] = []  # torch threads of the calling thread, per call
 
     def generate(self, requests):
         name = threading.current_thread().name
         self.calls.append(name)
+        self.threads.append(torch.get_num_threads())
         if name == self.fail_on:
             raise RuntimeError(f"no answer on {name}")
         if name != "MainThread":
@@ -148,7 +150,9 @@ def _run(tmp: Path, model_dir: Path, beside: bool, fail_on: str | None = None, d
     run = SelfTrain(cfg, progress=False, on_metrics=lambda m: rows.append(table_row(m)))
     oracle = oracle_factory(run)
     calls: list[str] = []
-    run.make_generator = lambda gen_cfg: _Watched(oracle(gen_cfg), calls, fail_on, delay)
+    watched: list[_Watched] = []
+    run.make_generator = lambda gen_cfg: watched.append(_Watched(oracle(gen_cfg), calls, fail_on, delay)) or watched[-1]
+    run.watched = watched
     return run, rows, calls
 
 
@@ -163,10 +167,10 @@ def test_a_run_with_evaluations_beside_repeats_itself_however_long_they_take(tmp
     a.run()
     b, rows_b, calls = _run(tmp_path / "b", tiny_model_dir, beside=True, delay=1.0)  # outlasts every stage beside
     b.run()
-    # M0's and M1's evaluations ran on worker threads; the raw base's and M2's, the last, on the main thread's all
+    # M0's and M1's evaluations ran on worker threads, the raw base's beside M2's, the last, on the main thread
     workers = {name for name in calls if name != threading.current_thread().name}
-    assert workers == {"iter_0 dev eval", "iter_1 dev eval"}
-    assert [r.split()[0] for r in rows_b] == ["base", "0", "1", "2"]
+    assert workers == {"iter_0 dev eval", "iter_1 dev eval", "base dev eval"}
+    assert [r.split()[0] for r in rows_b] == ["0", "1", "2", "base"]
     assert [r.split()[:3] for r in rows_a] == [r.split()[:3] for r in rows_b]
     files = sorted(p.relative_to(a.run_dir) for p in a.run_dir.rglob("*")
                    if p.is_file() and p.suffix in (".jsonl", ".json") and p.name != "config.yaml")
@@ -193,9 +197,11 @@ def test_a_run_with_evaluations_beside_repeats_itself_however_long_they_take(tmp
 def test_the_fixed_schedule_joins_each_evaluation_before_the_training_after_it(tmp_path, tiny_model_dir, fixed):
     """eval_beside_fixed: M(z)'s evaluation runs beside iteration z+1's rollouts on one of the two threads, the main
     thread keeps only the other, however early the evaluation ends, until it joins it before iteration z+1's training,
-    which gets both; the raw base's evaluation runs in turn. Without it (`false`) the raw base's runs beside the
-    bootstrap, M(z)'s beside the rollouts and the training, and the main thread takes the thread back as soon as the
-    evaluation has ended: here, on the oracle's quick answers, before the join."""
+    which gets both; the last model's evaluation runs on the main thread beside the raw base's, one thread each, so
+    every model call of the run (evaluations and rollouts) ran on one thread. Without it (`false`) the raw base's runs
+    beside the bootstrap, M(z)'s beside the rollouts and the training, and the main thread takes the thread back as
+    soon as the evaluation has ended: here, on the oracle's quick answers, before the join; the last evaluation runs
+    on both threads."""
     run, rows, calls = _run(tmp_path, tiny_model_dir, beside=True, eval_beside_fixed=fixed)
     seen = []  # per join: the evaluation, the main thread's threads once it has ended and once joined, the stages done
     finish = run._finish_pending
@@ -206,7 +212,8 @@ def test_the_fixed_schedule_joins_each_evaluation_before_the_training_after_it(t
             job._thread.join()  # the evaluation has ended before the main thread joins it
             follow()  # what the main thread's next training step or generation call does
             ended = torch.get_num_threads()
-            z = 0 if job.name == "base dev eval" else int(job.name.split()[0].removeprefix("iter_")) + 1
+            # the stages done of the iteration after the model, or, for the raw base's, of the last iteration
+            z = 2 if job.name == "base dev eval" else int(job.name.split()[0].removeprefix("iter_")) + 1
             done = sorted(p.name for p in (run.run_dir / f"iter_{z}").glob("DONE.*"))
         finish(metrics)
         if job is not None:
@@ -218,11 +225,19 @@ def test_the_fixed_schedule_joins_each_evaluation_before_the_training_after_it(t
         run.run()
     finally:
         torch.set_num_threads(before)
-    assert [r.split()[0] for r in rows] == ["base", "0", "1", "2"]
+    threads = [n for w in run.watched for n in w.threads]
     if fixed:
-        assert seen == [(f"iter_{z} dev eval", 1, 2, ["DONE.rationalize", "DONE.rollout"]) for z in (0, 1)]
-        assert "base dev eval" not in calls  # in turn, on the main thread
+        assert [r.split()[0] for r in rows] == ["0", "1", "2", "base"]
+        assert seen == [*[(f"iter_{z} dev eval", 1, 2, ["DONE.rationalize", "DONE.rollout"]) for z in (0, 1)],
+                        ("base dev eval", 1, 2, [f"DONE.{s}" for s in ("eval", "rationalize", "rollout",
+                                                                          "train_complete", "train_explore")])]
+        assert set(threads) == {1}, threads
+        summary = json.loads((run.run_dir / "summary.json").read_text())
+        m0 = json.loads((run.run_dir / "iter_0" / "metrics.json").read_text())
+        assert m0["vs_base"]["n"] == 4 and summary["bootstrap"]["vs_base"] == m0["vs_base"]  # filled in later
     else:
+        assert [r.split()[0] for r in rows] == ["base", "0", "1", "2"]
+        assert 2 in threads  # the raw base's evaluation after the bootstrap's, and the last, on both threads
         assert [(name, ended, after) for name, ended, after, _ in seen] == [
             ("base dev eval", 2, 2), ("iter_0 dev eval", 2, 2), ("iter_1 dev eval", 2, 2)]
         assert all("DONE.train_explore" in done for _, _, _, done in seen[1:])
@@ -240,7 +255,7 @@ def test_an_evaluation_the_cache_serves_is_taken_in_turn_without_building_a_gene
     build = second.build_generator
     second.build_generator = lambda state: built.append(threading.current_thread().name) or build(state)
     second.run()
-    assert [r.split()[0] for r in rows] == ["base", "0", "1"]
+    assert [r.split()[0] for r in rows] == ["0", "base", "1"]  # the raw base's when M1's starts: served at once
     for folder in ("base", "iter_0"):
         assert "reused_from" in json.loads((second.run_dir / folder / "DONE.eval").read_text()), folder
     assert not {"base dev eval", "iter_0 dev eval"} & set(calls)  # no model call for the served evaluations
@@ -251,7 +266,7 @@ def test_an_evaluation_failing_beside_fails_the_run_on_the_main_thread(tmp_path,
     run, rows, _ = _run(tmp_path, tiny_model_dir, beside=True, fail_on="iter_0 dev eval")
     with pytest.raises(RuntimeError, match="no answer on iter_0 dev eval"):
         run.run()
-    assert [r.split()[0] for r in rows] == ["base"]  # M0's row never came
+    assert rows == []  # M0's row never came, and the raw base's waited for the last evaluation
     assert not (run.run_dir / "iter_0" / "DONE.eval").exists()
 
 

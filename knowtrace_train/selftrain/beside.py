@@ -10,10 +10,12 @@ it joins the evaluation, so rows come in order. Training gained more from a seco
 
 The schedule is fixed (`eval_beside_fixed`, the default): M(z)'s evaluation runs beside iteration z+1's
 rollouts and is joined before iteration z+1's training; the main thread keeps its half until then, however early
-the evaluation ends (`threads.ThreadShare`, held), and the training, the bootstrap and the raw base's evaluation
-run in turn on every thread. So every stage runs on a thread count the schedule fixes: on the project's AMX Xeon
-products round differently on one thread and on two (bf16 everywhere, fp32 at a few rows), and a thread count
-that changed with timing made two runs of the same code differ. `eval_beside_fixed: false` is the schedule before
+the evaluation ends (`threads.ThreadShare`, held), and the training and the bootstrap run in turn on every thread.
+The last evaluation runs on the main thread on an evaluation's half, the raw base's beside it on the other (or,
+where M0 is the raw base, as M0's). So every stage runs on a thread count the schedule fixes: on the project's AMX
+Xeon products round differently on one thread and on two (bf16 everywhere, fp32 at a few rows), and a thread count
+that changed with timing made two runs of the same code differ; and every model's row is decoded on the same
+thread count, so the paired tests between rows compare models, not roundings. `eval_beside_fixed: false` is the schedule before
 it: the raw base's evaluation beside the bootstrap, M(z)'s beside iteration z+1's rollouts and training until the
 next evaluation is due, the main thread taking the threads back as soon as the evaluation ends. Where the thread
 count changes nothing (fp32 on the 2-core EPYC, measured on whole runs) both give the outputs of evaluations in
@@ -27,10 +29,12 @@ from __future__ import annotations
 
 import logging
 import threading
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from knowtrace_train.config import ConfigError
+from knowtrace_train.io import write_json
 from knowtrace_train.stages import is_done
 from knowtrace_train.threads import SHARE
 
@@ -62,11 +66,12 @@ def check_beside(setting: bool | None, processes: int, backend: str) -> None:
 class BesideJob:
     """`body()` on a daemon worker thread with `threads` torch threads lent by the main thread."""
 
-    def __init__(self, body: Callable[[], Any], total: int, threads: int, name: str, hold: bool = False) -> None:
+    def __init__(self, body: Callable[[], Any], total: int, threads: int, name: str, hold: bool = False,
+                 keep: int | None = None) -> None:
         self.name = name
         self._result: Any = None
         self._error: BaseException | None = None
-        self.threads = SHARE.lend(total, threads, hold)
+        self.threads = SHARE.lend(total, threads, hold, keep)
         log.info("%s: beside the next stages on %d of %d threads (the main thread takes them back %s)", name,
                  self.threads, total, "when it joins the job" if hold else "as soon as the job ends")
         self._thread = threading.Thread(target=self._run, args=(body,), name=name, daemon=True)
@@ -107,6 +112,8 @@ class Evaluations:
     _fixed = False
     _threads = 1
     _pending: tuple[BesideJob, Callable[[dict[str, Any] | None], dict[str, Any]]] | None = None
+    #: the raw base's evaluation (folder, state, seed) while it waits for its place in the fixed schedule
+    _base_waiting: tuple[Path, Any, int] | None = None
 
     @property
     def evaluations_beside(self) -> bool:
@@ -125,13 +132,28 @@ class Evaluations:
         then recorded in `metrics`, shown and summarized. With `eval_beside` it runs on a worker thread beside
         the next stages and is finished when the main thread joins it: before the next training in the fixed
         schedule, else when the next model's evaluation is due (the previous one first: rows in order). The
-        `last` evaluation, which no stage follows (and the raw base's in the fixed schedule), runs on the main
-        thread with every thread."""
+        `last` evaluation, which no stage follows, runs on the main thread: in the fixed schedule on as many
+        threads as an evaluation beside (every model's row decoded on the same thread count), beside the raw
+        base's where that waits for it (`_evaluate_base`); else on every thread."""
         self._finish_pending(metrics)
-        body = lambda: self._eval(folder, state, seed, iteration)
-        if (not self._beside or last or is_done(folder, "eval")
-                or self.served_from_cache("eval", self.rollout_inputs(state, self.questions.dev, seed, iteration))):
-            self._record(finish(body()), metrics)
+        if last and self._fixed:
+            if self._base_waiting is not None:
+                self._beside_job(*self._base_waiting, None, self._base_finish(metrics), metrics)
+                self._base_waiting = None
+            with self._on_beside_threads():
+                self._record(finish(self._eval(folder, state, seed, iteration)), metrics)
+                self._finish_pending(metrics)
+        elif not self._beside or last:
+            self._record(finish(self._eval(folder, state, seed, iteration)), metrics)
+        else:
+            self._beside_job(folder, state, seed, iteration, finish, metrics)
+
+    def _beside_job(self, folder: Path, state, seed: int, iteration: int | None,
+                    finish: Callable[[dict[str, Any] | None], dict[str, Any]], metrics: list[dict[str, Any]]) -> None:
+        """The evaluation on a worker thread (`_pending`), or at once where it is done or the cache serves it."""
+        if is_done(folder, "eval") or self.served_from_cache(
+                "eval", self.rollout_inputs(state, self.questions.dev, seed, iteration)):
+            self._record(finish(self._eval(folder, state, seed, iteration)), metrics)
             return
         # what the worker would otherwise build lazily, beside the main thread's use of it; and its generator:
         # loading models is not thread-safe (transformers patches torch.nn while it loads), and here the load
@@ -145,7 +167,64 @@ class Evaluations:
             finally:
                 generator.close()  # where the stage came from the reuse cache, or every question was done
 
-        self._pending = (BesideJob(beside, self._threads, self._beside, f"{folder.name} dev eval", self._fixed), finish)
+        job = BesideJob(beside, self._threads, self._beside, f"{folder.name} dev eval", self._fixed,
+                        keep=self._beside if self._fixed else None)
+        self._pending = (job, finish)
+
+    def _evaluate_base(self, metrics: list[dict[str, Any]], m0: bool | None = None) -> None:
+        """The raw base's dev evaluation: called by `run` first (`m0` None) and by `_m0` once it knows whether the
+        raw base is M0 itself. In the fixed schedule it waits for its place: where M0 is the raw base, M0's (beside
+        iteration 1's rollouts); else beside the last evaluation, each on as many threads as an evaluation beside
+        the rollouts, so that every row of the run is decoded on the same thread count (on CPUs whose products
+        round otherwise on one thread than on two, a row decoded on two threads is a different measurement) and
+        the second thread is not idle at the end. Otherwise it runs at once: beside the bootstrap, or in turn."""
+        cfg = self.config
+        if m0 is None:
+            if self._fixed:
+                self._base_waiting = (self.run_dir / "base", self.raw_base(), cfg.strategy.seed)
+            else:
+                self._evaluate(self.run_dir / "base", self.raw_base(), cfg.strategy.seed, None, self._base_metrics,
+                               metrics, last=cfg.iterations == 0 and cfg.bootstrap.mode == "never")
+        elif m0 and self._base_waiting is not None:
+            self._base_waiting = None
+            self._evaluate(self.run_dir / "base", self.raw_base(), cfg.strategy.seed, None, self._base_metrics,
+                           metrics, last=cfg.iterations == 0)
+
+    def _finish_evaluations(self, metrics: list[dict[str, Any]]) -> None:
+        """At the end of the run: join the evaluation beside, and run the raw base's if it still waits (the run
+        stopped before its last evaluation), on the threads it would have had."""
+        self._finish_pending(metrics)
+        if self._base_waiting is not None:
+            folder, state, seed = self._base_waiting
+            self._base_waiting = None
+            with self._on_beside_threads():
+                self._record(self._base_finish(metrics)(self._eval(folder, state, seed, None)), metrics)
+
+    def _base_finish(self, metrics: list[dict[str, Any]]) -> Callable[[dict[str, Any] | None], dict[str, Any]]:
+        """The raw base's metrics, and M0's paired test against it where M0's row came first."""
+        def finish(ev: dict[str, Any] | None) -> dict[str, Any]:
+            m = self._base_metrics(ev)
+            for row in metrics:
+                if row.get("iteration") == 0 and row.get("vs_base") is None:
+                    row["vs_base"] = self._compare("base", self.run_dir / "base", self.run_dir / "iter_0")
+                    if self.procs.is_main:
+                        write_json(self.run_dir / "iter_0" / "metrics.json", row)
+            return m
+
+        return finish
+
+    @contextmanager
+    def _on_beside_threads(self) -> Iterator[None]:
+        """The main thread on as many torch threads as an evaluation beside gets (those it keeps while a job beside
+        is held), every thread again after."""
+        import torch
+
+        before = torch.get_num_threads()
+        torch.set_num_threads(self._beside)
+        try:
+            yield
+        finally:
+            torch.set_num_threads(before)
 
     def _finish_pending(self, metrics: list[dict[str, Any]]) -> None:
         if self._pending is not None:

@@ -49,6 +49,7 @@ class Bootstrap:
             bootstrap = self._probe()
         if not bootstrap:
             self._write_m0(str(self.base_path), bootstrapped=False)
+            self._evaluate_base(metrics, m0=True)  # where it waited: M0's evaluation
             return self.raw_base()
         return self._bootstrap(metrics)
 
@@ -115,7 +116,9 @@ class Bootstrap:
                 "train": train_info,
                 "eval": ev,
                 # M0 against the raw base on the dev questions (None where the base was not evaluated)
-                "vs_base": self._compare("base", self.run_dir / "base", folder),
+                # None where the raw base's evaluation comes later (the fixed schedule: it fills this in then)
+                "vs_base": (self._compare("base", base, folder)
+                            if is_done(base := self.run_dir / "base", "eval") else None),
                 "seconds": {
                     "gold": gold["seconds"],
                     "train": sum(t["seconds"] for t in train_info.values()),

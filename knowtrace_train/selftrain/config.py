@@ -240,8 +240,9 @@ class SelfTrainConfig:
         "on for one process on a CPU with the transformers backend and 2+ threads")})
     eval_beside_fixed: bool = field(default=True, metadata={"help": (
         "with eval_beside, a fixed schedule: M(z)'s evaluation runs beside iteration z+1's rollouts and is joined "
-        "before its training, which gets every thread, as do the bootstrap and the raw base's evaluation (in turn), "
-        "so every stage runs on a thread count the schedule fixes and a run repeats; false: the raw base's beside "
+        "before its training, which gets every thread, as does the bootstrap; the last evaluation runs on as many "
+        "threads as one beside, the raw base's beside it, so every stage runs on a thread count the schedule fixes, "
+        "a run repeats, and every row is decoded on the same thread count; false: the raw base's beside "
         "the bootstrap, M(z)'s beside iteration z+1's rollouts and training, the main thread taking the threads back "
         "as soon as the evaluation ends, so a stage's thread count, and on CPUs whose products round differently on "
         "one thread and on two its results, depend on timing (docs/selftrain.md)")})

@@ -179,20 +179,19 @@ class SelfTrain(Bootstrap, Reuse, AdapterTraining, Evaluations):
         self._prepare_folder()
         self._beside = beside_threads(cfg.eval_beside, threads, self.procs.world, cfg.generator.backend,
                                       self._generator_device())
-        self._threads, self._pending = threads, None
+        self._threads, self._pending, self._base_waiting = threads, None, None
         self._fixed = self._beside > 0 and cfg.eval_beside_fixed
         metrics: list[dict[str, Any]] = []
         try:
-            if cfg.eval_base:  # in turn in the fixed schedule, else beside the bootstrap (or the first iteration)
-                self._evaluate(self.run_dir / "base", self.raw_base(), cfg.strategy.seed, None, self._base_metrics,
-                               metrics, last=(cfg.iterations == 0 and cfg.bootstrap.mode == "never") or self._fixed)
+            if cfg.eval_base:  # beside the bootstrap, in turn, or (the fixed schedule) later: _evaluate_base
+                self._evaluate_base(metrics)
             m0 = self._m0(metrics)
             state = m0
             for z in range(1, cfg.iterations + 1):
                 state, stop = self._iteration(z, state, m0, metrics)
                 if stop:
                     break
-            self._finish_pending(metrics)
+            self._finish_evaluations(metrics)
         except BaseException as e:
             if self._pending is not None and not isinstance(e, KeyboardInterrupt):
                 self._pending[0].wait_quietly()  # nothing of this run writes after it has failed
