@@ -88,6 +88,16 @@ def test_a_held_share_gives_the_threads_back_when_the_main_thread_joins_the_job_
         assert torch.get_num_threads() == 2
         share.end()
         assert torch.get_num_threads() == 2
+        # the last evaluation's share: the main thread keeps as many threads as the job gets, not the rest
+        torch.set_num_threads(5)
+        assert share.lend(5, 2, hold=True, keep=2) == 2 and torch.get_num_threads() == 2
+        share.give_back()
+        share.follow()
+        assert torch.get_num_threads() == 2
+        share.end()
+        assert torch.get_num_threads() == 5
+        assert share.lend(5, 2, hold=True, keep=4) == 2 and torch.get_num_threads() == 3  # never more than the rest
+        share.end()
     finally:
         torch.set_num_threads(before)
 

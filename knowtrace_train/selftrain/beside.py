@@ -138,7 +138,7 @@ class Evaluations:
         self._finish_pending(metrics)
         if last and self._fixed:
             if self._base_waiting is not None:
-                self._beside_job(*self._base_waiting, None, self._base_finish(metrics), metrics)
+                self._beside_job(*self._base_waiting, None, self._base_finish(metrics), metrics, keep=self._beside)
                 self._base_waiting = None
             with self._on_beside_threads():
                 self._record(finish(self._eval(folder, state, seed, iteration)), metrics)
@@ -149,8 +149,10 @@ class Evaluations:
             self._beside_job(folder, state, seed, iteration, finish, metrics)
 
     def _beside_job(self, folder: Path, state, seed: int, iteration: int | None,
-                    finish: Callable[[dict[str, Any] | None], dict[str, Any]], metrics: list[dict[str, Any]]) -> None:
-        """The evaluation on a worker thread (`_pending`), or at once where it is done or the cache serves it."""
+                    finish: Callable[[dict[str, Any] | None], dict[str, Any]], metrics: list[dict[str, Any]],
+                    keep: int | None = None) -> None:
+        """The evaluation on a worker thread (`_pending`), the main thread keeping `keep` threads (None: the rest),
+        or at once where it is done or the cache serves it."""
         if is_done(folder, "eval") or self.served_from_cache(
                 "eval", self.rollout_inputs(state, self.questions.dev, seed, iteration)):
             self._record(finish(self._eval(folder, state, seed, iteration)), metrics)
@@ -167,9 +169,8 @@ class Evaluations:
             finally:
                 generator.close()  # where the stage came from the reuse cache, or every question was done
 
-        job = BesideJob(beside, self._threads, self._beside, f"{folder.name} dev eval", self._fixed,
-                        keep=self._beside if self._fixed else None)
-        self._pending = (job, finish)
+        self._pending = (BesideJob(beside, self._threads, self._beside, f"{folder.name} dev eval", self._fixed, keep),
+                         finish)
 
     def _evaluate_base(self, metrics: list[dict[str, Any]], m0: bool | None = None) -> None:
         """The raw base's dev evaluation: called by `run` first (`m0` None) and by `_m0` once it knows whether the
