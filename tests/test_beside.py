@@ -294,3 +294,45 @@ def test_the_stage_benchmark_names_stages_that_ran_beside_each_other(capsys):
     assert "| stages beside each other (eval_beside): their seconds exceed the wall by | 80 |" in out
     bench.print_times({**times, "wall_seconds": 530.0, "outside_stages_seconds": 30.0})
     assert "| outside the stages (start-up, model conversion, index) | 30 |" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("case", ["m0_only", "m0_is_the_raw_base", "stopped_early"])
+def test_every_row_is_decoded_on_one_thread_wherever_the_raw_bases_evaluation_falls(tmp_path, tiny_model_dir, case):
+    """The fixed schedule on two threads places the raw base's evaluation by what follows it: beside M0's, the last,
+    where the run has no iteration (`iterations: 0`); as M0's own, beside iteration 1's rollouts, where M0 is the raw
+    base (`bootstrap.mode: never`); on the main thread's one thread at the end where the run stopped before its last
+    evaluation (an empty iteration with `on_empty: stop`). Every model call runs on one thread in each."""
+    extra: dict[str, object] = {
+        "m0_only": {"iterations": 0},
+        # the raw base answers the zero-shot prompts the oracle knows
+        "m0_is_the_raw_base": {"iterations": 1, "bootstrap.mode": "never", "strategy.fewshot.explore": False,
+                               "strategy.fewshot.complete": False},
+        "stopped_early": {"iterations": 2, "on_empty": "stop"},
+    }[case]
+    run, rows, calls = _run(tmp_path, tiny_model_dir, beside=True, **extra)
+    if case == "stopped_early":  # the tiny model alone answers nothing: iteration 1 has nothing to train on
+        from knowtrace_train.generation import build_generator
+
+        run.make_generator = lambda gen_cfg: run.watched.append(
+            _Watched(build_generator(gen_cfg), calls, None, 0.0)) or run.watched[-1]
+    before = torch.get_num_threads()
+    try:
+        summary = run.run()
+        assert torch.get_num_threads() == 2  # every thread again after the last evaluation
+    finally:
+        torch.set_num_threads(before)
+    labels = [r.split()[0] for r in rows]
+    workers = {name for name in calls if name != threading.current_thread().name}
+    threads = {n for w in run.watched for n in w.threads}
+    assert threads == {1}, (case, threads)
+    if case == "m0_only":
+        assert labels == ["0", "base"] and workers == {"base dev eval"}
+    elif case == "m0_is_the_raw_base":
+        assert labels == ["base", "1"] and workers == {"base dev eval"}
+        assert summary["bootstrap"] is None and summary["iterations"][0]["vs_m0"]["model"] == "base"
+    else:
+        assert labels == ["0", "1", "base"] and workers == {"iter_0 dev eval"} and "empty" in rows[1]
+        assert summary["iterations"][0]["status"] == "empty"
+    if case != "m0_is_the_raw_base":  # M0's paired test against the raw base, filled in once that ran
+        m0 = json.loads((run.run_dir / "iter_0" / "metrics.json").read_text())
+        assert m0["vs_base"]["model"] == "base" and summary["bootstrap"]["vs_base"] == m0["vs_base"]

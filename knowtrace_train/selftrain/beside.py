@@ -137,10 +137,10 @@ class Evaluations:
         base's where that waits for it (`_evaluate_base`); else on every thread."""
         self._finish_pending(metrics)
         if last and self._fixed:
-            if self._base_waiting is not None:
-                self._beside_job(*self._base_waiting, None, self._base_finish(metrics), metrics, keep=self._beside)
-                self._base_waiting = None
             with self._on_beside_threads():
+                if self._base_waiting is not None:
+                    self._beside_job(*self._base_waiting, None, self._base_finish(metrics), metrics, keep=self._beside)
+                    self._base_waiting = None
                 self._record(finish(self._eval(folder, state, seed, iteration)), metrics)
                 self._finish_pending(metrics)
         elif not self._beside or last:

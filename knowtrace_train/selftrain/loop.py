@@ -338,7 +338,7 @@ class SelfTrain(Bootstrap, Reuse, AdapterTraining, Evaluations):
 
     def _compare(self, against: str, a_folder: Path, b_folder: Path) -> dict[str, Any] | None:
         """The model evaluated in `b_folder` against the one in `a_folder` (named `against`) on the
-        dev questions: {"model": against, "n", "em", "f1"} (paired tests, `evaluate.compare_evals`,
+        dev questions: {"model": against, "n", "em", "f1"} (paired tests, `pairing.compare_evals`,
         read from the two eval.jsonl files). None where either was not evaluated; {"model",
         "refused"} where the files hold other questions (they never should in one run folder)."""
         a, b = a_folder / "eval.jsonl", b_folder / "eval.jsonl"
