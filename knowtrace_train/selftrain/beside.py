@@ -112,8 +112,8 @@ class Evaluations:
     _fixed = False
     _threads = 1
     _pending: tuple[BesideJob, Callable[[dict[str, Any] | None], dict[str, Any]]] | None = None
-    #: the raw base's evaluation (folder, state, seed) while it waits for its place in the fixed schedule
-    _base_waiting: tuple[Path, Any, int] | None = None
+    #: whether the raw base's evaluation waits for its place in the fixed schedule (`_evaluate_base`)
+    _base_waits = False
 
     @property
     def evaluations_beside(self) -> bool:
@@ -138,9 +138,9 @@ class Evaluations:
         self._finish_pending(metrics)
         if last and self._fixed:
             with self._on_beside_threads():
-                if self._base_waiting is not None:
-                    self._beside_job(*self._base_waiting, None, self._base_finish(metrics), metrics, keep=self._beside)
-                    self._base_waiting = None
+                if self._base_waits:
+                    self._base_waits = False
+                    self._beside_job(*self._base_args(), self._base_finish(metrics), metrics, keep=self._beside)
                 self._record(finish(self._eval(folder, state, seed, iteration)), metrics)
                 self._finish_pending(metrics)
         elif not self._beside or last:
@@ -182,24 +182,25 @@ class Evaluations:
         cfg = self.config
         if m0 is None:
             if self._fixed:
-                self._base_waiting = (self.run_dir / "base", self.raw_base(), cfg.strategy.seed)
+                self._base_waits = True
             else:
-                self._evaluate(self.run_dir / "base", self.raw_base(), cfg.strategy.seed, None, self._base_metrics,
-                               metrics, last=cfg.iterations == 0 and cfg.bootstrap.mode == "never")
-        elif m0 and self._base_waiting is not None:
-            self._base_waiting = None
-            self._evaluate(self.run_dir / "base", self.raw_base(), cfg.strategy.seed, None, self._base_metrics,
-                           metrics, last=cfg.iterations == 0)
+                self._evaluate(*self._base_args(), self._base_metrics, metrics,
+                               last=cfg.iterations == 0 and cfg.bootstrap.mode == "never")
+        elif m0 and self._base_waits:
+            self._base_waits = False
+            self._evaluate(*self._base_args(), self._base_metrics, metrics, last=cfg.iterations == 0)
+
+    def _base_args(self) -> tuple[Path, Any, int, None]:
+        """The raw base's evaluation as `_evaluate` takes it: its folder, model, seed and (no) iteration."""
+        return self.run_dir / "base", self.raw_base(), self.config.strategy.seed, None
 
     def _finish_evaluations(self, metrics: list[dict[str, Any]]) -> None:
         """At the end of the run: join the evaluation beside, and run the raw base's if it still waits (the run
-        stopped before its last evaluation), on the threads it would have had."""
+        stopped before its last evaluation), as the last evaluation, on the threads it would have had."""
         self._finish_pending(metrics)
-        if self._base_waiting is not None:
-            folder, state, seed = self._base_waiting
-            self._base_waiting = None
-            with self._on_beside_threads():
-                self._record(self._base_finish(metrics)(self._eval(folder, state, seed, None)), metrics)
+        if self._base_waits:
+            self._base_waits = False
+            self._evaluate(*self._base_args(), self._base_finish(metrics), metrics, last=True)
 
     def _base_finish(self, metrics: list[dict[str, Any]]) -> Callable[[dict[str, Any] | None], dict[str, Any]]:
         """The raw base's metrics, and M0's paired test against it where M0's row came first."""

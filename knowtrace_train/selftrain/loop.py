@@ -179,7 +179,7 @@ class SelfTrain(Bootstrap, Reuse, AdapterTraining, Evaluations):
         self._prepare_folder()
         self._beside = beside_threads(cfg.eval_beside, threads, self.procs.world, cfg.generator.backend,
                                       self._generator_device())
-        self._threads, self._pending, self._base_waiting = threads, None, None
+        self._threads, self._pending, self._base_waits = threads, None, False
         self._fixed = self._beside > 0 and cfg.eval_beside_fixed
         metrics: list[dict[str, Any]] = []
         try:
