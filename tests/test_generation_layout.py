@@ -9,7 +9,9 @@ from torch import nn
 
 from knowtrace_train.generation import GenerationRequest, GeneratorConfig
 from knowtrace_train.generation.hf import TransformersGenerator
-from knowtrace_train.generation.layout import PACKED_MAX_ROWS, PackedLinear, TransposedLinear, pack_here, transpose_here, transpose_linears
+from knowtrace_train.generation import layout as layout_mod
+from knowtrace_train.generation.layout import (
+    PACKED_MAX_ROWS, PackedLinear, TransposedLinear, onednn_packs_bf16, pack_here, transpose_here, transpose_linears)
 
 from test_generation import adapters  # noqa: F401, E402  (two random LoRA adapters, saved like trained ones)
 
@@ -91,7 +93,8 @@ def test_merged_role_copies_are_transposed_and_a_callers_model_is_left_alone(tin
         assert linears(model) == (plain, 0)
 
 
-needs_onednn = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="torch without oneDNN (mkldnn)")
+# oneDNN packs bf16 weights only on CPUs with AVX512 BW/VL/DQ or AVX-NE-CONVERT (not on an AVX2-only CPU)
+needs_onednn = pytest.mark.skipif(not onednn_packs_bf16(), reason="oneDNN cannot pack bf16 weights on this CPU")
 
 
 @needs_onednn
@@ -116,14 +119,27 @@ def test_packed_linear_computes_what_the_linear_does_bit_for_bit(bias):
 
 def test_pack_here_resolves_the_setting():
     cpu, cuda = torch.device("cpu"), torch.device("cuda")
-    onednn = torch.backends.mkldnn.is_available()
-    assert pack_here(None, cpu, torch.bfloat16) == onednn
+    assert pack_here(None, cpu, torch.bfloat16) == onednn_packs_bf16()
     assert not pack_here(None, cpu, torch.float32) and not pack_here(None, cuda, torch.bfloat16)
     assert not pack_here(False, cpu, torch.bfloat16)
     from knowtrace_train.generation.base import GenerationError
 
     with pytest.raises(GenerationError, match="generator.pack_weights: true needs a CPU model in bf16"):
         pack_here(True, cpu, torch.float32)
+
+
+def test_a_cpu_whose_onednn_cannot_pack_bf16_decodes_unpacked(monkeypatch, tiny_model_dir):
+    # an AVX2-only CPU: oneDNN refuses to reorder a bf16 weight, so 'auto' keeps nn.Linear and 'true' says why
+    from knowtrace_train.generation.base import GenerationError
+
+    monkeypatch.setattr(layout_mod, "onednn_packs_bf16", lambda: False)
+    cpu = torch.device("cpu")
+    assert not pack_here(None, cpu, torch.bfloat16)
+    with pytest.raises(GenerationError, match="unable to pack bf16 on this CPU|oneDNN missing"):
+        pack_here(True, cpu, torch.bfloat16)
+    with make(tiny_model_dir, dtype="bfloat16") as half:
+        assert not any(isinstance(m, PackedLinear) for m in half.model.modules()) and linears(half.model)[0] > 0
+        assert texts(half)
 
 
 @needs_onednn

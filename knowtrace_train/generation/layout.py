@@ -22,6 +22,8 @@ SmolLM2-135M in fp32).
 
 from __future__ import annotations
 
+import functools
+
 import torch
 from torch import nn
 
@@ -111,16 +113,29 @@ def pack_linears(model: nn.Module) -> int:
     return _replace_linears(model, PackedLinear)
 
 
+@functools.cache
+def onednn_packs_bf16() -> bool:
+    """Whether this torch can pack a bf16 weight on this CPU: it has oneDNN, and oneDNN's bf16 path runs here (it
+    needs AVX512 BW/VL/DQ or AVX-NE-CONVERT; an AVX2-only CPU has neither and refuses). Tried once on a tiny weight."""
+    if not (torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")):
+        return False
+    try:
+        torch.ops.mkldnn._reorder_linear_weight(torch.zeros(16, 16, dtype=torch.bfloat16), PACKED_ROWS)
+    except RuntimeError:
+        return False
+    return True
+
+
 def pack_here(setting: bool | None, device: torch.device, dtype: torch.dtype) -> bool:
-    """`GeneratorConfig.pack_weights` resolved: as set (a GenerationError off a CPU in bf16 with oneDNN, naming the
-    key), else on CPUs in bf16 where torch has oneDNN."""
-    possible = (device.type == "cpu" and dtype == torch.bfloat16 and torch.backends.mkldnn.is_available()
-                and hasattr(torch.ops.mkldnn, "_reorder_linear_weight"))
-    if setting and not possible:
-        onednn = "available" if torch.backends.mkldnn.is_available() else "missing"
-        raise GenerationError(f"generator.pack_weights: true needs a CPU model in bf16 and torch with oneDNN (mkldnn); "
-                              f"here: {device.type}, {dtype}, oneDNN {onednn}")
-    return possible if setting is None else bool(setting)
+    """`GeneratorConfig.pack_weights` resolved: as set (a GenerationError off a CPU in bf16 whose oneDNN can pack,
+    naming the key), else on CPUs in bf16 where oneDNN can pack (`onednn_packs_bf16`)."""
+    is_cpu_bf16 = device.type == "cpu" and dtype == torch.bfloat16
+    if setting and not (is_cpu_bf16 and onednn_packs_bf16()):
+        onednn = ("missing" if not torch.backends.mkldnn.is_available()
+                  else "available" if onednn_packs_bf16() else "available but unable to pack bf16 on this CPU")
+        raise GenerationError(f"generator.pack_weights: true needs a CPU model in bf16 and torch with oneDNN (mkldnn) "
+                              f"that can pack bf16 on this CPU; here: {device.type}, {dtype}, oneDNN {onednn}")
+    return is_cpu_bf16 and onednn_packs_bf16() if setting is None else bool(setting)
 
 
 def transpose_here(setting: bool | None, device: torch.device, dtype: torch.dtype) -> bool:
