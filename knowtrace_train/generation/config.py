@@ -62,7 +62,7 @@ class GeneratorConfig:
         default=None,
         metadata={"help": "transformers: linear layers multiply inputs of up to 256 rows by oneDNN's blocked copy of their bf16 "
                           "weights, made once (the same values where measured; an evaluation 1.08x faster a question on "
-                          "an AMX Xeon: generation.layout); None: on CPUs in bf16 where torch has oneDNN"},
+                          "an AMX Xeon: generation.layout); None: on CPUs in bf16 where oneDNN can pack them (not AVX2-only CPUs)"},
     )
     share_prefix: bool = field(
         default=True,
