@@ -94,10 +94,10 @@ def test_merged_role_copies_are_transposed_and_a_callers_model_is_left_alone(tin
 
 
 # oneDNN packs bf16 weights only on CPUs with AVX512 BW/VL/DQ or AVX-NE-CONVERT (not on an AVX2-only CPU)
-needs_onednn = pytest.mark.skipif(not onednn_packs_bf16(), reason="oneDNN cannot pack bf16 weights on this CPU")
+needs_bf16_packing = pytest.mark.skipif(not onednn_packs_bf16(), reason="oneDNN cannot pack bf16 weights on this CPU")
 
 
-@needs_onednn
+@needs_bf16_packing
 @pytest.mark.parametrize("bias", [False, True])
 def test_packed_linear_computes_what_the_linear_does_bit_for_bit(bias):
     torch.manual_seed(0)
@@ -142,7 +142,7 @@ def test_a_cpu_whose_onednn_cannot_pack_bf16_decodes_unpacked(monkeypatch, tiny_
         assert texts(half)
 
 
-@needs_onednn
+@needs_bf16_packing
 def test_the_generator_packs_its_own_cpu_bf16_models_and_decodes_the_same(tiny_model_dir, adapters):  # noqa: F811
     def packed(model) -> int:
         return sum(isinstance(m, PackedLinear) for m in model.modules())

@@ -129,13 +129,14 @@ def onednn_packs_bf16() -> bool:
 def pack_here(setting: bool | None, device: torch.device, dtype: torch.dtype) -> bool:
     """`GeneratorConfig.pack_weights` resolved: as set (a GenerationError off a CPU in bf16 whose oneDNN can pack,
     naming the key), else on CPUs in bf16 where oneDNN can pack (`onednn_packs_bf16`)."""
-    is_cpu_bf16 = device.type == "cpu" and dtype == torch.bfloat16
-    if setting and not (is_cpu_bf16 and onednn_packs_bf16()):
+    can_pack = onednn_packs_bf16()
+    possible = device.type == "cpu" and dtype == torch.bfloat16 and can_pack
+    if setting and not possible:
         onednn = ("missing" if not torch.backends.mkldnn.is_available()
-                  else "available" if onednn_packs_bf16() else "available but unable to pack bf16 on this CPU")
+                  else "available" if can_pack else "available but unable to pack bf16 on this CPU")
         raise GenerationError(f"generator.pack_weights: true needs a CPU model in bf16 and torch with oneDNN (mkldnn) "
                               f"that can pack bf16 on this CPU; here: {device.type}, {dtype}, oneDNN {onednn}")
-    return is_cpu_bf16 and onednn_packs_bf16() if setting is None else bool(setting)
+    return possible if setting is None else bool(setting)
 
 
 def transpose_here(setting: bool | None, device: torch.device, dtype: torch.dtype) -> bool:
