@@ -19,7 +19,9 @@ log = logging.getLogger(__name__)
 @dataclass
 class ModelCall:
     """One model call as the strategy made it. `parsed` is the parser's typed result as JSON;
-    `error` says why an output could not be used (the run goes on)."""
+    `error` says why an output could not be used (the run goes on). `output` is the response as the parsers read
+    it: `prefix` (what the engine fed after the prompt as the start of the answer) followed by the generated text;
+    training puts its loss on the generated text only (`generated_text`)."""
 
     index: int
     role: str
@@ -38,6 +40,8 @@ class ModelCall:
     #: ids of the passages in the prompt
     passage_ids: list[str] = field(default_factory=list)
     retrieved_tokens: int = 0
+    #: the start of the answer the engine fed after the prompt (not generated: prompt-side in training)
+    prefix: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
@@ -95,6 +99,20 @@ class Trajectory:
         d["graph"] = KnowledgeGraph.from_dict(d.get("graph") or {})
         names = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in d.items() if k in names})
+
+
+def split_prefix(prefix: str, text: str) -> tuple[str, str]:
+    """(prefix, the rest) of a response `text` that the engine began with `prefix`: the part the model writes at
+    inference is the rest. A text that does not begin with `prefix` (rewritten so that it no longer does) is all
+    the model's: ("", text)."""
+    if prefix and text.startswith(prefix):
+        return prefix, text[len(prefix):]
+    return "", text
+
+
+def generated_text(call: ModelCall) -> str:
+    """What the model generated in `call`: its output less the prefix the engine fed."""
+    return split_prefix(call.prefix, call.output)[1]
 
 
 def is_correct(traj: Trajectory) -> bool:

@@ -59,8 +59,11 @@ def test_appendix_f_filters_exactly(rule):
     assert [r["prompt"] for r in explore] == ["<explore prompt 0>", "<explore prompt 3>", "<explore prompt 5>"]
     assert [r["prompt"] for r in complete] == ["<complete prompt 1>", "<complete prompt 4>"]
     for r in explore + complete:
-        assert set(r) == {"prompt", "completion", "role", "trajectory_id", "iteration"}
-        assert r["trajectory_id"] == "t1" and r["iteration"] == 1
+        assert set(r) - {"decision"} == {"prompt", "prefix", "completion", "role", "trajectory_id", "iteration"}
+        assert r["trajectory_id"] == "t1" and r["iteration"] == 1 and r["prefix"] == ""  # no prefix was fed here
+    # each exploration's judgement is its decision, at the characters after the judgement words
+    assert [r["decision"]["label"] for r in explore] == ["No", "No", "Yes"] and all("decision" not in r for r in complete)
+    assert all(r["completion"][r["decision"]["start"]:r["decision"]["end"]] == " " + r["decision"]["label"] for r in explore)
     s = res.stats
     assert s["correct"] == 1 and s["backtraced"] == 1 and s["evidence_triplets"] == 2 and s["graph_triplets"] == 4
     assert s["roles"]["explore"]["records_kept"] == 3 and s["roles"]["explore"]["records_dropped"] == 0

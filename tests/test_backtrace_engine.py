@@ -17,7 +17,7 @@ from knowtrace_train.kg import GuidancePair, Triplet
 from knowtrace_train.methods.hints import hinted_items
 from knowtrace_train.retrieval.base import ScoredPassage, check_search_args
 from knowtrace_train.methods.knowtrace import KnowTrace, KnowTraceConfig
-from knowtrace_train.trajectory import Trajectory
+from knowtrace_train.trajectory import Trajectory, generated_text
 
 
 def P(title: str, text: str) -> Passage:
@@ -106,7 +106,9 @@ def test_engine_trajectory_backtraces_like_the_paper(rule):
     [traj] = rollout()
     res = backtrace_trajectories([traj], {"f1": ITEM}, count_tokens=words, path_rule=rule)
     assert res.stats["backtraced"] == 1
-    assert [r["completion"] for r in res.records_by_role["explore"]] == [
+    # the judgement words are the prefix the engine fed: prompt-side; the completion is what the model wrote
+    assert all(r["prefix"] == outputs.JUDGEMENT for r in res.records_by_role["explore"])
+    assert [r["prefix"] + r["completion"] for r in res.records_by_role["explore"]] == [
         outputs.exploration_guidance([GuidancePair(RIOTING, "Find out who wrote about this topic.")]),
         outputs.exploration_guidance([GuidancePair("James Watt", "Find out which school James Watt attended.")]),
         outputs.exploration_answer(THOUGHT, "University of Glasgow"),
@@ -115,7 +117,8 @@ def test_engine_trajectory_backtraces_like_the_paper(rule):
         outputs.completion([Triplet("James Watt", "wrote", "the rioting being a dividing factor in Birmingham")]),
         outputs.completion([Triplet("James Watt", "was educated at", "University of Glasgow")]),
     ]
-    assert res.stats["tokens_all"] == sum(words(c.output) for c in traj.calls)
+    # FA counts output tokens: what the model wrote, not the judgement words the engine fed
+    assert res.stats["tokens_all"] == sum(words(generated_text(c)) for c in traj.calls)
     assert 0 < res.stats["fa_ratio"] < 1
 
 
@@ -151,8 +154,9 @@ def test_engine_forced_answer_after_no_progress_is_not_trained():
     res = backtrace_trajectories([traj], {"f1": ITEM}, count_tokens=words)
     [ans] = res.records_by_role["answer"]
     assert ans["prompt"] == traj.calls[-1].prompt
-    assert ans["completion"] == outputs.exploration_answer(THOUGHT, "University of Glasgow")
-    assert ans["completion"].startswith(prompts.answer_prefix())
+    # the forced answer's prefix (the judgement fixed to Yes and "Thought:") is fed, not trained
+    assert ans["prefix"] == prompts.answer_prefix() and "decision" not in ans
+    assert ans["prefix"] + ans["completion"] == outputs.exploration_answer(THOUGHT, "University of Glasgow")
 
 
 def test_engine_rationalization_round_trip():

@@ -315,4 +315,6 @@ def test_star_records_of_a_correct_baseline_trajectory():
     t = out["qa"]
     t.em = 1.0
     res = star_records([t], {A.id: A}, count_tokens=lambda s: len(s.split()))
-    assert [r["completion"] for r in res.records_by_role["reason"]] == ["Answer: So the answer is: Quarrytown."]
+    # the response prefix the engine fed ("Answer:") is prompt-side; the completion is what the model wrote
+    assert [(r["prefix"], r["completion"]) for r in res.records_by_role["reason"]] == [
+        ("Answer:", " So the answer is: Quarrytown.")]

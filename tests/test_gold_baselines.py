@@ -57,15 +57,16 @@ def gold(name, config, items=(ITEM,), retriever=None, **kw):
 
 
 def check_calls(res, prompts, pieces):
-    """The records, call by call: the prompt, and the completion = the response prefix + the gold text
-    (`pieces`: (what the loop adds to the transcript before the call, the gold text))."""
+    """The records, call by call: the prompt, the response prefix the loop feeds (prompt-side in training) and the
+    completion = the gold text alone, what the model writes (`pieces`: (what the loop adds to the transcript
+    before the call, the gold text))."""
     recs = res.records_by_role["reason"]
     assert res.records_by_role["answer"] == [] and len(recs) == len(pieces) == len(prompts)
     transcript = ""
     for rec, prompt, (added, text) in zip(recs, prompts, pieces):
         transcript += added
         assert rec["prompt"] == prompt
-        assert rec["completion"] == transcript + text
+        assert rec["prefix"] == transcript and rec["completion"] == text
         assert rec["role"] == "reason" and rec["trajectory_id"] == "w2#gold" and rec["iteration"] == 0
         transcript += text
 
@@ -86,9 +87,10 @@ def test_self_ask_gold_calls_and_their_parses():
               (f"\nContext: {block('zentor', 'harlow')}\nIntermediate answer:", texts[1]),
               (f"\nContext: {block('odile')}\nIntermediate answer:", texts[2])]
     check_calls(res, [self_ask.prompt(False)] * 3, pieces)
-    # the question and the passages are in the response prefix, which the completion carries
-    assert Q in res.records_by_role["reason"][0]["completion"]
-    assert P["odile"].text in res.records_by_role["reason"][2]["completion"]
+    # the question and the passages are in the response prefix, which the engine feeds: never in the completion
+    assert Q in res.records_by_role["reason"][0]["prefix"] and Q not in res.records_by_role["reason"][0]["completion"]
+    assert P["odile"].text in res.records_by_role["reason"][2]["prefix"]
+    assert P["odile"].text not in res.records_by_role["reason"][2]["completion"]
     # Self-Ask's own parser reads each gold output as the intended step
     parsed = [self_ask.parse_step(t) for t in texts]
     assert [p["follow_up"] for p in parsed] == ["Who founded Zentor?", "Where was Odile Farrant born?", None]
@@ -154,7 +156,8 @@ def test_iter_retgen_gold_calls_and_their_parses():
     prompts = [cot_prompt(Q, [P["zentor"], P["odile"]], fewshot=False),
                cot_prompt(Q, [P["odile"], P["zentor"]], fewshot=False)]
     recs = res.records_by_role["reason"]
-    assert [r["prompt"] for r in recs] == prompts and [r["completion"] for r in recs] == [f"Answer: {COT}"] * 2
+    assert [r["prompt"] for r in recs] == prompts and [r["completion"] for r in recs] == [f" {COT}"] * 2
+    assert [r["prefix"] for r in recs] == ["Answer:"] * 2
     assert [c.parsed for c in res.trajectories[0].calls] == [{"answer": "Castelbrun"}] * 2
 
 

@@ -651,14 +651,15 @@ def test_a_forced_answer_on_the_prompt_judged_no_is_not_trained(mode):
     a = res.stats["roles"]["answer"]
     assert a["tokens_all"] == a["tokens_filtered"] > 0
     if mode == "star":  # the model's own "No" on that prompt is what STaR keeps
-        assert [r["completion"].split("\n")[0] for r in res.records_by_role["explore"]] == [f"{J} No"] * 2
+        assert [(r["prefix"] + r["completion"]).split("\n")[0] for r in res.records_by_role["explore"]] == [f"{J} No"] * 2
 
 
 def test_a_forced_answer_on_a_grown_graph_is_trained():
     [t] = KnowTrace(KnowTraceConfig(max_rounds=2)).run(items()[:1], ScriptedGenerator(never_sure_model()), WordRetriever(WORLD))
     assert t.stop_reason == "max_rounds" and t.calls[-1].prompt not in {c.prompt for c in t.calls[:-1]}
     res = _records(t, "star")
-    assert [r["completion"] for r in res.records_by_role["answer"]] == [outputs.exploration_answer("I must answer now.", "Bern")]
+    assert [r["prefix"] + r["completion"] for r in res.records_by_role["answer"]] == [
+        outputs.exploration_answer("I must answer now.", "Bern")]
 
 
 def test_pairs_beyond_max_pairs_are_neither_trained_nor_counted():
@@ -673,8 +674,10 @@ def test_pairs_beyond_max_pairs_are_neither_trained_nor_counted():
     first = t.calls[0]
     assert len(first.parsed["pairs"]) == 4 and first.parsed["pairs_run"] == 2
     star = _records(t, "star")
-    assert star.records_by_role["explore"][0]["completion"] == outputs.exploration_guidance(
+    rec = star.records_by_role["explore"][0]
+    assert rec["prefix"] + rec["completion"] == outputs.exploration_guidance(
         [GuidancePair("Alpha", "facts"), GuidancePair("Bern", "facts")])
     unrun = len("- Delta: facts\n- Esk: facts".split())
     [e] = [fc for fc in filter_trajectory(t, None, lambda s: len(s.split())) if fc.call.index == 0]
-    assert e.tokens_all == len(first.output.split()) - unrun
+    # output tokens: what the model wrote after the judgement words the engine fed
+    assert e.tokens_all == len(first.output[len(J):].split()) - unrun

@@ -14,7 +14,8 @@ from knowtrace_train.trajectory import ModelCall, Trajectory
 @dataclass(frozen=True)
 class CallSpec:
     """One call to make: whose trajectory, its kind (the ModelCall's role), round, prompt and limits.
-    `prefix` opens the response (it is part of the recorded output); the passages are the ones shown."""
+    `prefix` opens the response (it is part of the recorded output, and recorded as the call's `prefix`: the
+    engine feeds it, the model does not write it); the passages are the ones shown."""
 
     traj: Trajectory
     kind: str
@@ -52,7 +53,7 @@ def generate_calls(generator: Generator, specs: Sequence[CallSpec], *, temperatu
             output=s.prefix + res.text if ok else "", prompt_tokens=res.prompt_tokens if ok else 0,
             output_tokens=res.output_tokens if ok else 0, finish_reason=res.finish_reason if ok else "error",
             error=None if ok else f"generation error: {res}", passage_ids=list(s.passage_ids),
-            retrieved_tokens=s.retrieved_tokens,
+            retrieved_tokens=s.retrieved_tokens, prefix=s.prefix,
         )
         s.traj.calls.append(call)
         calls.append(call)

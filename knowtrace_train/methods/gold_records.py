@@ -81,7 +81,7 @@ def gold_call(traj: Trajectory, role: str, rnd: int, prompt: str, text: str | No
     (`passage_ids`, `retrieved_tokens`)."""
     call = ModelCall(index=len(traj.calls), role=role, round=rnd, prompt=prompt, output=prefix + (text or ""),
                      prompt_tokens=count_tokens(prompt), output_tokens=count_tokens(text or ""), finish_reason="stop",
-                     error=None if text is not None else off_script, **fields)
+                     error=None if text is not None else off_script, prefix=prefix, **fields)
     traj.calls.append(call)
     return call
 

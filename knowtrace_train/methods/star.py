@@ -1,7 +1,8 @@
 """Plain STaR records for any method: every generation of a correct trajectory, as the model wrote it.
 
-The record is the call's prompt and its output (prompt + output is the exact text the model saw and
-wrote, the response prefix included), under the call's role. Nothing is filtered, so the FA ratio is
+The record is the call's prompt, the response prefix the engine fed after it (`prefix`, prompt-side in
+training: the model does not write it) and what the model generated (`completion`), under the call's role:
+prompt + prefix + completion is the exact text the model saw and wrote. Nothing is filtered, so the FA ratio is
 not defined (None); the output tokens are counted all the same. A trajectory of a hinted rerun is
 not trained on here (its prompts show the hint, and a generic method cannot take it out), nor is a
 call that failed or wrote nothing. `fewshot` is not applied: a generic method's prompts are kept
@@ -19,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping
 
 from knowtrace_train.data.schema import Passage, QAItem
-from knowtrace_train.trajectory import Trajectory, is_correct
+from knowtrace_train.trajectory import Trajectory, is_correct, split_prefix
 
 
 #: where a rationalizer's undesirable records (label false, preference training) come from: the calls of wrong
@@ -53,7 +54,7 @@ def star_records(
     passages: Mapping[str, Passage] | None = None,
     undesirable: Iterable[str] = (),
 ) -> StarResult:
-    """Records {"prompt", "completion", "role", "trajectory_id", "iteration"} per call role (and "label"
+    """Records {"prompt", "prefix", "completion", "role", "trajectory_id", "iteration"} per call role (and "label"
     where `undesirable` asks for the wrong trajectories' calls too)."""
     undesirable = undesirable_sources(undesirable)
     labelled = bool(undesirable)
@@ -79,13 +80,17 @@ def star_records(
         for call in sorted(traj.calls, key=lambda c: c.index):
             if call.error or not call.output.strip() or not isinstance(call.prompt, str):
                 continue
+            prefix, completion = split_prefix(call.prefix, call.output)
+            if not completion.strip():
+                continue
             if ok:
-                tokens[call.role] += count_tokens(call.output)
+                tokens[call.role] += count_tokens(completion)
             else:
                 unwanted[call.role] += 1
             rec = {
                 "prompt": call.prompt,
-                "completion": call.output,
+                "prefix": prefix,
+                "completion": completion,
                 "role": call.role,
                 "trajectory_id": traj.id,
                 "iteration": iteration if iteration is not None else traj.iteration,

@@ -34,7 +34,7 @@ class AdapterTraining:
             return self._train_grpo(folder, adapter, records, base, tc, seed, subdir, init_adapter)
         # An empty output (a completion that found nothing, kept whole in mode "star") teaches
         # nothing the end-of-sequence token does not: such records are not trained on, only counted.
-        keys = ("prompt", "completion", "label") if trainer == "kto" else ("prompt", "completion")
+        keys = ("prompt", "prefix", "completion", "label") if trainer == "kto" else ("prompt", "prefix", "completion", "decision")
         rows = [{k: r[k] for k in keys if k in r} for r in records
                 if isinstance(r.get("completion"), str) and r["completion"].strip()]
         empty = len(records) - len(rows)
@@ -88,7 +88,7 @@ class AdapterTraining:
                         init_adapter or "M0")
             return {"records": 0}
         # a kind may train another role's adapter (KnowTrace's forced answer trains exploration's)
-        rows = [{k: r[k] for k in ("prompt", "completion", "advantage", "reward")} for r in rows]
+        rows = [{k: r[k] for k in ("prompt", "prefix", "completion", "advantage", "reward") if k in r} for r in rows]
         res, figures = train_role_grpo(base, rows, folder / subdir / adapter, dataclasses.replace(tc, seed=seed),
                                        self.config.grpo, role=adapter, temperature=self.config.rollout_temperature,
                                        init_adapter=init_adapter)

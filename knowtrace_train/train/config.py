@@ -106,6 +106,13 @@ class LoraTrainConfig:
         default=0.1, metadata={"help": "Relative drop of the windowed mean loss below which training counts as flat."}
     )
 
+    decision_weight: float | None = field(
+        default=None,
+        metadata={"help": (
+            "SFT: the loss weight of a record's decision tokens (KnowTrace's ' Yes'/' No' judgement), balanced over "
+            "each decision's labels (knowtrace_train.decisions); null: decision tokens weigh as any other token.")},
+    )
+
     def __post_init__(self) -> None:
         def bad(name: str, why: str) -> ValueError:
             return ValueError(f"LoraTrainConfig.{name}: {why} (got {getattr(self, name)!r})")
@@ -132,6 +139,11 @@ class LoraTrainConfig:
             raise bad("prompt_format", f"must be one of {PROMPT_FORMATS}")
         if self.logging_steps < 1:
             raise bad("logging_steps", "must be a positive integer")
+        w = self.decision_weight
+        if w is not None and (isinstance(w, bool) or not isinstance(w, (int, float)) or w < 0):
+            raise bad("decision_weight", "must be a number >= 0 or null")
+        if w and self.packing:
+            raise bad("decision_weight", "weighs decision tokens per record, which packed rows do not keep; set packing: false")
         if self.max_steps == 0 or self.max_steps < -1:
             raise bad("max_steps", "must be -1 (all epochs) or a positive integer")
         if isinstance(self.group_prefix_tokens, bool) or not isinstance(self.group_prefix_tokens, int) \

@@ -39,7 +39,7 @@ from knowtrace_train.train.config import (
     launched_processes,
 )
 from knowtrace_train.threads import follow as follow_threads
-from knowtrace_train.trajectory import Trajectory, is_correct
+from knowtrace_train.trajectory import Trajectory, is_correct, split_prefix
 
 logger = logging.getLogger(__name__)
 
@@ -131,7 +131,8 @@ def grpo_records(
                     continue
                 counts["positive" if adv > 0 else "negative"] += 1
                 rows[c.role].append({
-                    "prompt": c.prompt, "completion": c.output, "role": c.role, "trajectory_id": t.id,
+                    "prompt": c.prompt, "prefix": split_prefix(c.prefix, c.output)[0],
+                    "completion": split_prefix(c.prefix, c.output)[1], "role": c.role, "trajectory_id": t.id,
                     "question_id": qid, "call": c.index, "reward": r, "advantage": adv, "credit": credit,
                     "iteration": iteration if iteration is not None else t.iteration,
                 })
@@ -172,11 +173,11 @@ def encode_rows(tokenizer, rows: Sequence[Mapping[str, Any]], role: str, prompt_
     from knowtrace_train.train.lora import SFTRecordError, encode_record, load_records
 
     out, too_long = [], []
-    for where, rec in load_records(rows, role):
+    for where, rec in load_records(rows, role, allow_empty=True):  # an empty output is a policy's action too
         a = rec.get("advantage")
         if isinstance(a, bool) or not isinstance(a, (int, float)) or not math.isfinite(a):
             raise SFTRecordError(f"{where}: field 'advantage' must be a finite number, got {a!r}")
-        p, c = encode_record(tokenizer, rec["prompt"], rec["completion"], prompt_format)
+        p, c = encode_record(tokenizer, rec["prompt"], rec["completion"], prompt_format, rec.get("prefix", ""))
         if len(p) + len(c) > max_length:
             too_long.append(where)
             continue

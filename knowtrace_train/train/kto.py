@@ -57,11 +57,12 @@ def labelled_rows(tokenizer, records, role: str, prompt_format: str, max_length:
         label = rec.get("label")
         if not isinstance(label, bool):
             raise SFTRecordError(f"{where}: field 'label' must be true (desirable) or false (undesirable), got {label!r}")
-        prompt_ids, completion_ids = encode_record(tokenizer, rec["prompt"], rec["completion"], prompt_format)
+        prefix = rec.get("prefix", "")
+        prompt_ids, completion_ids = encode_record(tokenizer, rec["prompt"], rec["completion"], prompt_format, prefix)
         if len(prompt_ids) + len(completion_ids) > max_length:
             skipped["too_long"].append(where)
             continue
-        prompt, completion = record_texts(tokenizer, rec["prompt"], rec["completion"], prompt_format)
+        prompt, completion = record_texts(tokenizer, rec["prompt"], rec["completion"], prompt_format, prefix)
         joint = list(tokenizer(text=prompt + completion)["input_ids"])
         if list(tokenizer(text=prompt)["input_ids"]) != prompt_ids or joint != prompt_ids + completion_ids:
             skipped["boundary_merge"].append(where)
@@ -112,7 +113,7 @@ def route_role(rows: list[dict[str, Any]], kto: KTOSettings, where: str) -> tupl
     report = {"kto_fallback": {"plan": plan, "why": why}}
     if plan == "skip":
         return None, [], report
-    return "sft", [{"prompt": r["prompt"], "completion": r["completion"]} for r in rows], report
+    return "sft", [{k: r[k] for k in ("prompt", "prefix", "completion") if k in r} for r in rows], report
 
 
 def class_weights(desirable: int, undesirable: int, kto: KTOSettings) -> tuple[float, float]:

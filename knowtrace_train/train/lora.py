@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
+from knowtrace_train.decisions import decision_of, decision_weights
 from knowtrace_train.errors import UserError, import_extra
 from knowtrace_train.generation.prepare import PROMPT_FORMATS
 from knowtrace_train.io import atomic_dir, iter_jsonl, write_json
@@ -86,48 +87,67 @@ def render_prompt_ids(tokenizer, prompt: str | Sequence[Mapping[str, str]], prom
 
 
 def record_texts(
-    tokenizer, prompt: str | Sequence[Mapping[str, str]], completion: str, prompt_format: str
+    tokenizer, prompt: str | Sequence[Mapping[str, str]], completion: str, prompt_format: str, prefix: str = ""
 ) -> tuple[str, str]:
     """(prompt text, completion text) as the model reads and writes them. chat: the prompt through the chat template
-    with the assistant turn opened, and the turn as the template closes it, through the end-of-sequence token
-    (where the generator stops); plain: the prompt, and the completion plus EOS. For trainers that tokenize text
-    themselves (TRL's KTO); `encode_record` tokenizes the same texts."""
+    with the assistant turn opened, then `prefix` (the start of the answer the engine feeds), and the rest of the turn
+    as the template closes it, through the end-of-sequence token (where the generator stops); plain: the prompt and
+    the prefix, and the completion plus EOS. For trainers that tokenize text themselves (TRL's KTO); `encode_record`
+    tokenizes the same texts."""
     eos = tokenizer.eos_token
     if prompt_format == "chat":
         messages = _messages(prompt)
         head = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
         full = tokenizer.apply_chat_template(
-            messages + [{"role": "assistant", "content": completion}], tokenize=False
+            messages + [{"role": "assistant", "content": prefix + completion}], tokenize=False
         )
-        if not full.startswith(head):
+        if not full.startswith(head + prefix):
             raise ValueError(
                 "the chat template renders the prompt differently with and without the assistant turn, so "
-                f"training would not see what the generator feeds: {head[-80:]!r} vs {full[len(head) - 80 : len(head)]!r}"
+                f"training would not see what the generator feeds: {(head + prefix)[-80:]!r} vs "
+                f"{full[len(head) + len(prefix) - 80 : len(head) + len(prefix)]!r}"
             )
-        tail = full[len(head) :]
+        tail = full[len(head) + len(prefix) :]
         if eos and eos in tail:
             tail = tail[: tail.index(eos) + len(eos)]
-        return head, tail
+        return head + prefix, tail
     if prompt_format == "plain":
         if not isinstance(prompt, str):
             raise ValueError("prompt_format 'plain' needs a string prompt, got chat messages")
-        return prompt, completion + (eos or "")
+        return prompt + prefix, completion + (eos or "")
     raise ValueError(f"unknown prompt_format {prompt_format!r}; expected one of {PROMPT_FORMATS}")
 
 
 def encode_record(
-    tokenizer, prompt: str | Sequence[Mapping[str, str]], completion: str, prompt_format: str
+    tokenizer, prompt: str | Sequence[Mapping[str, str]], completion: str, prompt_format: str, prefix: str = ""
 ) -> tuple[list[int], list[int]]:
-    """(prompt_ids, completion_ids) of one record; prompt_ids is `render_prompt_ids`, unchanged.
+    """(prompt_ids, completion_ids) of one record: the ids the generator feeds (`render_prompt_ids`, then `prefix`,
+    the start of the answer the engine feeds, tokenized on its own as the generator tokenizes it) and the ids the
+    model writes after them (the loss goes on these only).
 
-    chat: the completion is the assistant turn as the chat template closes it, up to and including the first
-    end-of-sequence token (the generator stops there). plain: the completion's tokens and the EOS token.
+    chat: the completion is the rest of the assistant turn as the chat template closes it, up to and including the
+    first end-of-sequence token (the generator stops there). plain: the completion's tokens and the EOS token.
     """
     prompt_ids, eos = render_prompt_ids(tokenizer, prompt, prompt_format), tokenizer.eos_token_id
+    if prefix:
+        prompt_ids += list(tokenizer(prefix, add_special_tokens=False)["input_ids"])
     if prompt_format != "chat":
         return prompt_ids, list(tokenizer(completion, add_special_tokens=False)["input_ids"]) + ([eos] if eos is not None else [])
-    completion_ids = list(tokenizer(record_texts(tokenizer, prompt, completion, prompt_format)[1], add_special_tokens=False)["input_ids"])
+    tail = record_texts(tokenizer, prompt, completion, prompt_format, prefix)[1]
+    completion_ids = list(tokenizer(tail, add_special_tokens=False)["input_ids"])
     return prompt_ids, completion_ids[: completion_ids.index(eos) + 1] if eos in completion_ids else completion_ids
+
+
+def decision_token_span(tokenizer, completion: str, start: int, end: int, completion_ids: Sequence[int]) -> range:
+    """The indices into `completion_ids` of the tokens that carry the characters [start, end) of `completion`
+    (by the tokenizer's character offsets of the completion alone, whose tokens up to the span's end must be the
+    record's own; a ValueError otherwise)."""
+    enc = tokenizer(completion, add_special_tokens=False, return_offsets_mapping=True)
+    ids, offsets = list(enc["input_ids"]), enc["offset_mapping"]
+    hit = [i for i, (a, b) in enumerate(offsets) if a < end and b > start]
+    if not hit or list(completion_ids[: hit[-1] + 1]) != ids[: hit[-1] + 1]:
+        raise ValueError(f"the decision {completion[start:end]!r} is not on whole tokens of the completion {completion[:60]!r}")
+    return range(hit[0], hit[-1] + 1)
 
 
 def _messages(prompt: str | Sequence[Mapping[str, str]]) -> list[dict[str, str]]:
@@ -136,11 +156,14 @@ def _messages(prompt: str | Sequence[Mapping[str, str]]) -> list[dict[str, str]]
     return [{"role": str(m["role"]), "content": str(m["content"])} for m in prompt]
 
 
-def load_records(records: Sequence[Mapping[str, Any]] | str | Path, role: str) -> list[tuple[str, dict[str, Any]]]:
+def load_records(records: Sequence[Mapping[str, Any]] | str | Path, role: str,
+                 allow_empty: bool = False) -> list[tuple[str, dict[str, Any]]]:
     """Validate prompt/completion records: a list of mappings or a JSONL path; returns (where, record) pairs.
 
-    A record needs a non-empty ``completion`` string and a ``prompt`` that is a non-empty string or a list of
-    ``{"role", "content"}`` messages; a ``role`` field, where present, must be `role`.
+    A record needs a non-empty ``completion`` string (empty allowed with `allow_empty`: a policy that wrote
+    nothing but EOS) and a ``prompt`` that is a non-empty string or a list of ``{"role", "content"}`` messages;
+    a ``prefix``, where present, is a string; a ``decision`` is one `knowtrace_train.decisions` marks; a ``role``
+    field, where present, must be `role`.
     """
     if isinstance(records, (str, Path)):
         rows: Iterable[tuple[str, Mapping[str, Any]]] = ((f"{records}:{n}", r) for n, r in iter_jsonl(records))
@@ -160,8 +183,14 @@ def load_records(records: Sequence[Mapping[str, Any]] | str | Path, role: str) -
                     raise SFTRecordError(f"{where}: field 'prompt'[{j}] is not a {{'role', 'content'}} message")
         else:
             raise SFTRecordError(f"{where}: field 'prompt' must be a non-empty string or list of messages")
-        if not isinstance(completion, str) or not completion.strip():
+        if not isinstance(completion, str) or not (completion.strip() or (allow_empty and completion == "")):
             raise SFTRecordError(f"{where}: field 'completion' must be a non-empty string")
+        if not isinstance(rec.get("prefix", ""), str):
+            raise SFTRecordError(f"{where}: field 'prefix' must be a string, got {rec['prefix']!r}")
+        try:
+            decision_of(rec, where)
+        except ValueError as e:
+            raise SFTRecordError(str(e)) from None
         if "role" in rec and rec["role"] != role:
             raise SFTRecordError(f"{where}: field 'role' is {rec['role']!r} but this run trains role {role!r}")
         out.append((where, dict(rec)))
@@ -171,16 +200,31 @@ def load_records(records: Sequence[Mapping[str, Any]] | str | Path, role: str) -
 
 
 def tokenize_records(
-    tokenizer, records: Sequence[tuple[str, Mapping[str, Any]]], prompt_format: str, max_length: int
+    tokenizer, records: Sequence[tuple[str, Mapping[str, Any]]], prompt_format: str, max_length: int,
+    decision_weight: float | None = None,
 ) -> tuple[list[dict[str, list[int]]], int]:
-    """Rows of {"input_ids", "labels"} (labels -100 on the prompt) and the number skipped for length."""
+    """Rows of {"input_ids", "labels"} (labels -100 on the prompt and the fed prefix) and the number skipped for
+    length. With `decision_weight` (`knowtrace_train.decisions.decision_weights`) and any record marking a
+    decision, every row also has "loss_weights": 0 on the prompt, 1 on a completion token, the record's decision
+    weight on its decision's tokens."""
+    weights = decision_weights([r for _, r in records], decision_weight)
+    weighted = any(w is not None for w in weights)
     rows, skipped = [], []
-    for where, rec in records:
-        prompt_ids, completion_ids = encode_record(tokenizer, rec["prompt"], rec["completion"], prompt_format)
+    for (where, rec), w in zip(records, weights):
+        prompt_ids, completion_ids = encode_record(tokenizer, rec["prompt"], rec["completion"], prompt_format,
+                                                   rec.get("prefix", ""))
         if len(prompt_ids) + len(completion_ids) > max_length:
             skipped.append(f"{where} ({len(prompt_ids) + len(completion_ids)} tokens)")
             continue
-        rows.append({"input_ids": prompt_ids + completion_ids, "labels": [-100] * len(prompt_ids) + completion_ids})
+        row = {"input_ids": prompt_ids + completion_ids, "labels": [-100] * len(prompt_ids) + completion_ids}
+        if weighted:
+            lw = [0.0] * len(prompt_ids) + [1.0] * len(completion_ids)
+            if w is not None:
+                d = rec["decision"]
+                for i in decision_token_span(tokenizer, rec["completion"], d["start"], d["end"], completion_ids):
+                    lw[len(prompt_ids) + i] = w
+            row["loss_weights"] = lw
+        rows.append(row)
     if skipped:
         logger.warning(
             "skipped %d of %d records longer than max_length=%d, e.g. %s",
@@ -375,7 +419,8 @@ def train_role(
     device, precision, why, tokenizer = training_setup(base_model_path, config)
     logger.info("role %s: training in %s on %s (%s)", role, precision, device, why)
     checked = load_records(records, role)
-    rows, skipped = tokenize_records(tokenizer, checked, config.prompt_format, config.max_length)
+    rows, skipped = tokenize_records(tokenizer, checked, config.prompt_format, config.max_length,
+                                     config.decision_weight)
     dataset = Dataset.from_list(rows)
 
     model = _load_base(base_model_path, precision, config, device)

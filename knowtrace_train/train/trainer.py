@@ -25,6 +25,8 @@ def counting_trainer_class(kind: str = "sft", share_prefixes: bool = False):
     class Counting(Base):
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
+            if kind == "sft":
+                self.data_collator = WeightedCollator(self.data_collator)
             self.seen_tokens = 0
             self.seen_completion_tokens = 0
             self.seen_positions = 0
@@ -34,12 +36,19 @@ def counting_trainer_class(kind: str = "sft", share_prefixes: bool = False):
             # TRL's fused LM head scores only the loss-carrying positions where Triton runs (GPUs); elsewhere it
             # scores every position (a third of a CPU step here, prompts being ~90% of the tokens): on the CPU
             # the SFT head runs on the completion positions only, the same loss
-            if kind != "sft" or self.accelerator.device.type != "cpu":
+            # decision weights (loss_weights, train.decision_weight) need the per-token loss: computed here too
+            weighted = "loss_weights" in inputs
+            if kind != "sft" or (self.accelerator.device.type != "cpu" and not weighted):
                 return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
-            records = batch_records(inputs) if share_prefixes else []
+            records = batch_records(inputs) if share_prefixes and self.accelerator.device.type == "cpu" else []
             if len(records) > 1:
                 return shared_prefix_loss(self, model, inputs, return_outputs, num_items_in_batch, records=records)
             return completion_loss(self, model, inputs, return_outputs, num_items_in_batch)
+
+        def _set_signature_columns_if_needed(self):
+            super()._set_signature_columns_if_needed()
+            if self._signature_columns is not None and "loss_weights" not in self._signature_columns:
+                self._signature_columns = [*self._signature_columns, "loss_weights"]
 
         def _get_train_sampler(self, train_dataset=None):
             # `record_groups` (set by train_role where grouped passes pay): one group key per dataset row
@@ -85,11 +94,17 @@ def completion_loss(trainer, model, inputs, return_outputs=False, num_items_in_b
     labels = inputs["labels"]
     shift = labels[:, 1:]
     keep = (shift != -100).any(dim=0).nonzero().squeeze(-1)  # positions whose next token carries loss
-    forward = {k: v for k, v in inputs.items() if k != "labels"}
+    forward = {k: v for k, v in inputs.items() if k not in ("labels", "loss_weights")}
     out = model(**forward, use_cache=False, logits_to_keep=keep)
     logits = out.logits.float()
     target = shift[:, keep]
-    loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1), ignore_index=-100, reduction="sum")
+    if "loss_weights" in inputs:  # each token's loss times its weight (a decision's tokens weigh more)
+        each = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1), ignore_index=-100,
+                               reduction="none")
+        loss = (each * inputs["loss_weights"][:, 1:][:, keep].reshape(-1).to(each.dtype)).sum()
+    else:
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1), ignore_index=-100,
+                               reduction="sum")
     valid = target != -100
     with torch.no_grad():
         correct = ((logits.argmax(-1) == target) & valid).sum()
@@ -120,10 +135,11 @@ def _normalized(trainer, model, loss_sum, correct, valid, num_items_in_batch):
 PASS_COST = 128
 
 
-def batch_records(inputs) -> list[tuple[list[int], list[int]]]:
+def batch_records(inputs, key: str = "labels") -> list[tuple[list[int], list]]:
     """A padded (right-padded, `attention_mask`) or padding-free (one flattened row, `position_ids` restarting at
-    0) SFT batch as one (input ids, labels) pair per record, pads removed."""
-    ids, labels = inputs["input_ids"], inputs["labels"]
+    0) SFT batch as one (input ids, labels) pair per record, pads removed; `key` "loss_weights": the weights
+    instead of the labels."""
+    ids, labels = inputs["input_ids"], inputs[key]
     if "attention_mask" in inputs:
         out = []
         for row, mask, lab in zip(ids.tolist(), inputs["attention_mask"].tolist(), labels.tolist()):
@@ -135,6 +151,31 @@ def batch_records(inputs) -> list[tuple[list[int], list[int]]]:
     starts = (inputs["position_ids"][0] == 0).nonzero().squeeze(-1).tolist() + [ids.shape[1]]
     row, lab = ids[0].tolist(), labels[0].tolist()
     return [(row[a:b], lab[a:b]) for a, b in zip(starts, starts[1:])]
+
+
+class WeightedCollator:
+    """TRL's collator, with each example's "loss_weights" (`lora.tokenize_records`) batched beside its labels:
+    padded with 0 (right) or flattened with the rows (padding-free), so that weight t belongs to label t. A
+    batch without weights is TRL's as it was."""
+
+    def __init__(self, inner) -> None:
+        self.inner = inner
+
+    def __call__(self, examples):
+        import torch
+
+        if not examples or "loss_weights" not in examples[0]:
+            return self.inner(examples)
+        weights = [list(e["loss_weights"]) for e in examples]
+        batch = self.inner([{k: v for k, v in e.items() if k != "loss_weights"} for e in examples])
+        width = batch["labels"].shape[1]
+        if batch["labels"].shape[0] == 1 and len(examples) > 1:  # padding-free: one flattened row
+            flat = [w for ws in weights for w in ws]
+            rows = [flat + [0.0] * (width - len(flat))]
+        else:
+            rows = [ws + [0.0] * (width - len(ws)) for ws in weights]
+        batch["loss_weights"] = torch.tensor(rows, dtype=torch.float32) * (batch["labels"] != -100)
+        return batch
 
 
 def prefix_plan(records: list[tuple[list[int], list[int]]], min_prefix: int = 16) -> list[tuple[int, list[int]]]:
@@ -169,6 +210,7 @@ def shared_prefix_loss(trainer, model, inputs, return_outputs=False, num_items_i
     from transformers import DynamicCache
 
     records = batch_records(inputs) if records is None else records
+    weights = [w for _, w in batch_records(inputs, "loss_weights")] if "loss_weights" in inputs else None
     device = inputs["input_ids"].device
     groups = prefix_plan(records, min_prefix)
     head = output_head(model)
@@ -196,14 +238,17 @@ def shared_prefix_loss(trainer, model, inputs, return_outputs=False, num_items_i
             width = max(len(r) for r in remainders)
             ids = torch.tensor([r + [pad] * (width - len(r)) for r in remainders], device=device)
             # (row, column) of every position whose logits predict a loss-carrying token: the labels shifted by one
-            at = [(row, col, label) for row, m in enumerate(batch)
+            at = [(row, col, label, weights[m][shared + 1 + col] if weights else 1.0) for row, m in enumerate(batch)
                   for col, label in enumerate(records[m][1][shared + 1 :]) if label != -100]
-            rows, cols, target = (torch.tensor(v, device=device) for v in zip(*at))
+            rows, cols, target, weight = (torch.tensor(v, device=device) for v in zip(*at))
             out = model(input_ids=ids, past_key_values=cache, use_cache=bool(shared), logits_to_keep=no_logits,
                         output_hidden_states=True)
             with trainer.accelerator.autocast():  # the precision the model's forward runs in (accelerate wraps it)
                 logits = head(out.hidden_states[-1][rows, cols]).float()  # the final norm's output, gathered
-            loss = loss + F.cross_entropy(logits, target, reduction="sum")
+            if weights:
+                loss = loss + (F.cross_entropy(logits, target, reduction="none") * weight.to(logits.dtype)).sum()
+            else:
+                loss = loss + F.cross_entropy(logits, target, reduction="sum")
             with torch.no_grad():
                 correct += (logits.argmax(-1) == target).sum()
                 valid_total += target.numel()

@@ -91,7 +91,8 @@ class KnowTraceMethod(Method):
         from knowtrace_train.methods.knowtrace.gold import gold_trajectory_records
 
         return gold_trajectory_records(items, retriever, k=config.passages, fewshot=fewshot, kg_format=config.kg_format,
-                                       require_support=require_support, count_tokens=count_tokens, iteration=iteration)
+                                       require_support=require_support, count_tokens=count_tokens, iteration=iteration,
+                                       prefill_judgement=config.prefill_judgement)
 
     def evidence_supported(self, traj: Trajectory, config: KnowTraceConfig) -> bool:
         """Correct, and backtracing finds the evidence subgraph in the trajectory's own graph: a path

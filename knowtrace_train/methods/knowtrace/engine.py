@@ -343,6 +343,7 @@ class KnowTrace:
                 pair=job.pair,
                 passage_ids=[p.id for p in job.passages],
                 retrieved_tokens=sum(self._tokens_of(p) for p in job.passages),
+                prefix=job.prefill,
             )
             if isinstance(res, Completion) and res.truncated_tokens:
                 traj.meta["truncated_prompt_tokens"] = traj.meta.get("truncated_prompt_tokens", 0) + res.truncated_tokens

@@ -49,17 +49,22 @@ def build_gold_trajectory(
     fewshot: bool = True,
     kg_format: str = "triplets",
     count_tokens: Callable[[str], int] | None = None,
+    prefill_judgement: bool = True,
 ) -> Trajectory:
-    """The ideal trajectory of `item` over the given hops and the passages retrieved per hop."""
+    """The ideal trajectory of `item` over the given hops and the passages retrieved per hop. Its explorations
+    record the judgement words as their fed prefix where the engine feeds them (`prefill_judgement`, the
+    strategy's setting), as a rollout records them."""
     import knowtrace_train.methods.knowtrace.prompts as prompts
 
     count = count_tokens or (lambda s: len(s.split()))
     graph = KnowledgeGraph()
     calls: list[ModelCall] = []
 
-    def add_call(role: str, rnd: int, prompt: str, output: str, **kw: Any) -> ModelCall:
+    judgement = outputs.JUDGEMENT if prefill_judgement else ""
+
+    def add_call(role: str, rnd: int, prompt: str, output: str, prefix: str = "", **kw: Any) -> ModelCall:
         c = ModelCall(index=len(calls), role=role, round=rnd, prompt=prompt, output=output,
-                      prompt_tokens=count(prompt), output_tokens=count(output), **kw)
+                      prompt_tokens=count(prompt), output_tokens=count(output[len(prefix):]), prefix=prefix, **kw)
         calls.append(c)
         return c
 
@@ -67,7 +72,7 @@ def build_gold_trajectory(
         shown = [t.triplet for t in graph.triplets]
         e = add_call("explore", rnd, prompts.render_exploration_prompt(item.question, shown, fewshot=fewshot,
                                                                       kg_format=kg_format),
-                     outputs.exploration_guidance([hop.pair]),
+                     outputs.exploration_guidance([hop.pair]), prefix=judgement,
                      parsed={"sufficient": False, "thought": None, "answer": None,
                              "pairs": [[hop.pair.entity, hop.pair.guidance]], "rejected": [], "error": None})
         graph.note_expansion_point(hop.pair.entity, rnd, e.index)
@@ -82,7 +87,7 @@ def build_gold_trajectory(
     shown = [t.triplet for t in graph.triplets]
     add_call("explore", len(hops) + 1,
              prompts.render_exploration_prompt(item.question, shown, fewshot=fewshot, kg_format=kg_format),
-             outputs.exploration_answer(thought, item.answer),
+             outputs.exploration_answer(thought, item.answer), prefix=judgement,
              parsed={"sufficient": True, "thought": thought, "answer": item.answer, "pairs": [],
                      "rejected": [], "error": None})
     return Trajectory(id=f"{item.id}#gold", question_id=item.id, question=item.question, answers=list(item.answers),
@@ -112,6 +117,7 @@ def gold_trajectories(
     require_support: bool = True,
     count_tokens: Callable[[str], int] | None = None,
     batch_size: int = 256,
+    prefill_judgement: bool = True,
 ) -> tuple[list[Trajectory], dict[str, int]]:
     """Gold trajectories of the items that have a chain, and per-reason counts of those that
     have none. With `require_support`, an item whose hop object appears in none of the
@@ -139,7 +145,7 @@ def gold_trajectories(
             reasons[UNSUPPORTED_HOP] += 1
             continue
         out.append(build_gold_trajectory(it, chain, per_hop, fewshot=fewshot, kg_format=kg_format,
-                                         count_tokens=count_tokens))
+                                         count_tokens=count_tokens, prefill_judgement=prefill_judgement))
     return out, dict(sorted(reasons.items()))
 
 
@@ -153,13 +159,15 @@ def gold_trajectory_records(
     require_support: bool = True,
     count_tokens: Callable[[str], int] | None = None,
     iteration: int | None = 0,
+    prefill_judgement: bool = True,
 ) -> GoldResult:
     """SFT records {"prompt", "completion", "role", "trajectory_id", "iteration"} per role from
     the gold trajectories of `items` (every generation kept: they are ideal by construction)."""
     items = list(items)
     count = count_tokens or (lambda s: len(s.split()))
     trajs, reasons = gold_trajectories(items, retriever, k=k, fewshot=fewshot, kg_format=kg_format,
-                                       require_support=require_support, count_tokens=count)
+                                       require_support=require_support, count_tokens=count,
+                                       prefill_judgement=prefill_judgement)
     by_id: Mapping[str, QAItem] = {it.id: it for it in items}
     res = backtrace_trajectories(trajs, by_id, count_tokens=count, mode="star", iteration=iteration)
     check = backtrace_trajectories(trajs, by_id, count_tokens=count, mode="backtrace")

@@ -15,7 +15,7 @@ from knowtrace_train.kg import GuidancePair, KnowledgeGraph, Triplet
 import knowtrace_train.methods.knowtrace.outputs as outputs
 from knowtrace_train.methods.knowtrace.backtrace.targets import pair_key
 from knowtrace_train.methods.knowtrace.config import ANSWER, COMPLETE, EXPLORE, RECORD_KINDS
-from knowtrace_train.trajectory import ModelCall, Trajectory
+from knowtrace_train.trajectory import ModelCall, Trajectory, generated_text
 
 # -- reading a trajectory's calls ----------------------------------------------------------
 
@@ -177,7 +177,7 @@ def filter_trajectory(
     for call in calls:
         if call.role not in RECORD_KINDS:
             continue
-        n_all = count_tokens(call.output or "")
+        n_all = count_tokens(generated_text(call))  # output tokens: the prefix the engine fed is none
         if is_answer_call(call):
             texts = answer_texts(call, traj)
             full = None if texts is None or call.index in contradicted else answer_output(*texts)

@@ -45,8 +45,10 @@ from knowtrace_train.methods.knowtrace.backtrace.paths import (
     backtrace,
 )
 from knowtrace_train.methods.knowtrace.backtrace.training_prompts import PromptOptions, training_prompt
-from knowtrace_train.methods.knowtrace.config import DEFAULT_PATH_RULE, PATH_RULES, RECORD_KINDS
-from knowtrace_train.trajectory import Trajectory, is_correct
+from knowtrace_train.decisions import mark_decision
+from knowtrace_train.methods.knowtrace.config import DEFAULT_PATH_RULE, EXPLORE, PATH_RULES, RECORD_KINDS
+from knowtrace_train.methods.knowtrace.outputs import SUFFICIENCY, judgement_span
+from knowtrace_train.trajectory import Trajectory, is_correct, split_prefix
 
 log = logging.getLogger(__name__)
 
@@ -141,7 +143,9 @@ def backtrace_trajectories(
 ) -> BacktraceResult:
     """Algorithm 2, lines 6-11: keep the correct trajectories, backtrace each, filter its
     generations (mode "backtrace") or keep them all (mode "star"), and write SFT records
-    {"prompt", "completion", "role", "trajectory_id", "iteration"} per role.
+    {"prompt", "prefix", "completion", "role", "trajectory_id", "iteration"} per role: `prefix` is the start of the
+    answer the engine fed (the judgement words), prompt-side in training; an exploration's judgement is marked
+    as its decision (knowtrace_train.decisions).
 
     `undesirable` (preference training, `mode: kto`) adds records labelled false beside the kept ones
     (then labelled true): "incorrect", every call of a wrong, unhinted trajectory as the model wrote it
@@ -173,9 +177,12 @@ def backtrace_trajectories(
     unwanted: dict[str, dict[str, int]] = {r: {s: 0 for s in sorted(undesirable)} for r in RECORD_KINDS}
     unwanted_skipped: dict[str, int] = defaultdict(int)
 
-    def record(fc: FilteredCall, traj: Trajectory, prompt: str, completion: str, label: bool) -> dict[str, Any]:
+    def record(fc: FilteredCall, traj: Trajectory, prompt: str, text: str, label: bool) -> dict[str, Any]:
+        # the prefix the engine fed is prompt-side: the loss goes on what the model wrote after it
+        prefix, completion = split_prefix(fc.call.prefix, text)
         rec = {
             "prompt": prompt,
+            "prefix": prefix,
             "completion": completion,
             "role": fc.role,
             "trajectory_id": traj.id,
@@ -183,6 +190,9 @@ def backtrace_trajectories(
         }
         if labelled:
             rec["label"] = label
+        span = judgement_span(prefix, completion) if fc.role == EXPLORE else None
+        if span is not None:
+            mark_decision(rec, SUFFICIENCY, *span)
         return rec
 
     def add_undesirable(fc: FilteredCall, traj: Trajectory, question: str, source: str) -> None:

@@ -1,0 +1,163 @@
+"""KnowTrace's sufficiency judgement measured: on held-out gold prompts (what a gold trajectory says at each
+exploration: "No" while a hop is missing, "Yes" once the chain is in the graph) and on a model's own
+explorations (whether the graph it holds there already names the gold answer).
+
+`gold_judgement_prompts` gives the held-out prompts with their labels; `score_judgements` reads the model's
+P(" Yes") against P(" No") after the judgement words (one prefill a prompt, `OptionScorer`), and its greedy
+decision; `judgement_figures` the accuracy, each label's recall and the mean P(Yes), each with its interval.
+`exploration_confusion` counts a run's explorations by (the graph holds the answer, the model said Yes).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping, Sequence
+
+from knowtrace_train.data.schema import QAItem
+from knowtrace_train.generation.base import GenerationRequest
+from knowtrace_train.methods.gold_chain import checked_chain
+from knowtrace_train.methods.knowtrace.config import EXPLORE
+from knowtrace_train.methods.knowtrace.outputs import JUDGEMENT
+from knowtrace_train.metrics import bootstrap_interval, normalize_answer, question_kind
+from knowtrace_train.trajectory import ModelCall, Trajectory
+
+YES, NO = "Yes", "No"
+
+
+@dataclass(frozen=True)
+class JudgementPrompt:
+    """One held-out exploration prompt of a gold trajectory and the judgement the gold trajectory makes there."""
+
+    item_id: str
+    kind: str | None  # "bridge", "comparison" or None
+    hop: int  # hops already in the graph
+    prompt: str
+    label: str  # YES or NO
+
+
+def gold_judgement_prompts(items: Iterable[QAItem], *, fewshot: bool = True, kg_format: str = "triplets"
+                           ) -> tuple[list[JudgementPrompt], dict[str, int]]:
+    """Per item with a gold chain of n hops, its n + 1 exploration prompts as a gold trajectory shows them: the
+    graph holding the first h hops' triplets (h = 0..n), labelled No for h < n and Yes for h = n. The passages are
+    not needed (an exploration prompt shows the graph only). Items without a chain are counted per reason."""
+    import knowtrace_train.methods.knowtrace.prompts as prompts
+
+    out: list[JudgementPrompt] = []
+    skipped: Counter[str] = Counter()
+    for it in items:
+        chain = checked_chain(it)
+        if isinstance(chain, str):
+            skipped[chain] += 1
+            continue
+        for h in range(len(chain) + 1):
+            text = prompts.render_exploration_prompt(it.question, [hop.triplet for hop in chain[:h]], fewshot=fewshot,
+                                                     kg_format=kg_format)
+            out.append(JudgementPrompt(it.id, question_kind(it), h, text, YES if h == len(chain) else NO))
+    return out, dict(sorted(skipped.items()))
+
+
+def score_judgements(scorer, prompts: Sequence[JudgementPrompt], role: str, prefill_judgement: bool = True,
+                     batch: int = 32) -> list[float]:
+    """P(" Yes") / (P(" Yes") + P(" No")) of each prompt after the judgement words (fed as the engine feeds them
+    where `prefill_judgement`, else after the prompt with the words as the prefix all the same: the decision is
+    the token after them), through `scorer.score_options` under `role`'s adapter."""
+    out: list[float] = []
+    for lo in range(0, len(prompts), batch):
+        part = prompts[lo : lo + batch]
+        requests = [GenerationRequest(prompt=p.prompt, prefix=JUDGEMENT, role=role, max_new_tokens=1) for p in part]
+        for s in scorer.score_options(requests, [[" " + YES, " " + NO]] * len(part)):
+            y, n = s.logprobs.get(" " + YES), s.logprobs.get(" " + NO)
+            if y is None or n is None:
+                out.append(float("nan"))
+                continue
+            m = max(y, n)
+            out.append(math.exp(y - m) / (math.exp(y - m) + math.exp(n - m)))
+    return out
+
+
+def _iv(values: Sequence[float]) -> dict[str, Any]:
+    if not values:
+        return {"mean": None, "low": None, "high": None, "n": 0}
+    iv = bootstrap_interval(values)
+    return {"mean": iv.mean, "low": iv.low, "high": iv.high, "n": iv.n}
+
+
+def judgement_figures(prompts: Sequence[JudgementPrompt], p_yes: Sequence[float]) -> dict[str, Any]:
+    """The greedy judgement (Yes where P(Yes) > 0.5 of the two) against the gold labels: accuracy, the recall of
+    each label (Yes said where the gold says Yes; No where No), the balanced accuracy, the confusion counts and
+    the mean P(Yes) per label, each mean with its 95% bootstrap interval over the prompts; and the same for the
+    bridge questions alone."""
+
+    def figures(pairs: list[tuple[JudgementPrompt, float]]) -> dict[str, Any]:
+        said = [(p.label, YES if q > 0.5 else NO, q) for p, q in pairs if not math.isnan(q)]
+        right = [float(g == s) for g, s, _ in said]
+        yes = [float(s == YES) for g, s, _ in said if g == YES]
+        no = [float(s == NO) for g, s, _ in said if g == NO]
+        rec_yes, rec_no = _iv(yes), _iv(no)
+        balanced = (None if rec_yes["mean"] is None or rec_no["mean"] is None
+                    else (rec_yes["mean"] + rec_no["mean"]) / 2)
+        return {
+            "prompts": len(pairs), "unscored": len(pairs) - len(said),
+            "accuracy": _iv(right), "recall_yes": rec_yes, "recall_no": rec_no, "balanced_accuracy": balanced,
+            "confusion": {f"gold_{g}_said_{s}": sum(1 for a, b, _ in said if (a, b) == (g, s))
+                          for g in (YES, NO) for s in (YES, NO)},
+            "p_yes_when_gold_yes": _iv([q for g, _, q in said if g == YES]),
+            "p_yes_when_gold_no": _iv([q for g, _, q in said if g == NO]),
+        }
+
+    pairs = list(zip(prompts, p_yes))
+    return {"all": figures(pairs), "bridge": figures([(p, q) for p, q in pairs if p.kind == "bridge"])}
+
+
+def graph_names_answer(traj: Trajectory, call: ModelCall) -> bool:
+    """Whether the graph shown to exploration `call` (the triplets added before it) names a gold answer as a
+    triplet's subject or object (normalized as EM normalizes): the graph then holds the answer's evidence, and
+    "Yes" is the right judgement (for a bridge question; a comparison's answer may be named before its evidence)."""
+    answers = {normalize_answer(a) for a in traj.answers if a}
+    for t in traj.graph.triplets:
+        if t.call < call.index and (normalize_answer(t.triplet.subject) in answers
+                                    or normalize_answer(t.triplet.object) in answers):
+            return True
+    return False
+
+
+def said_sufficient(call: ModelCall) -> bool | None:
+    """The judgement of an exploration call as its parser read it (None where it read none)."""
+    parsed = call.parsed if isinstance(call.parsed, Mapping) else {}
+    value = parsed.get("sufficient")
+    return value if isinstance(value, bool) else None
+
+
+def exploration_confusion(trajectories: Iterable[Trajectory], items_by_id: Mapping[str, QAItem]) -> dict[str, Any]:
+    """A run's explorations (role "explore"; the forced answer is not one) counted by whether the graph shown
+    names the gold answer (`graph_names_answer`) and what the model judged: {kind: {"holds_yes", "holds_no",
+    "holds_none", "lacks_yes", ...}} for "all", "bridge" and "comparison"; with the share of the explorations
+    whose graph holds the answer that said Yes, of the others that said No, and the right answers per source
+    (an exploration that answered, or the forced answer)."""
+    counts: dict[str, Counter[str]] = {k: Counter() for k in ("all", "bridge", "comparison")}
+    right: dict[str, Counter[str]] = {k: Counter() for k in counts}
+    for t in trajectories:
+        kind = question_kind(items_by_id.get(t.question_id))
+        kinds = ["all"] + ([kind] if kind in counts else [])
+        for c in t.calls:
+            if c.role != EXPLORE:
+                continue
+            holds = "holds" if graph_names_answer(t, c) else "lacks"
+            said = {True: "yes", False: "no", None: "none"}[said_sufficient(c)]
+            for k in kinds:
+                counts[k][f"{holds}_{said}"] += 1
+        if t.em is not None and t.em >= 1.0:
+            source = "forced" if t.stop_reason != "answered" else "explored"
+            for k in kinds:
+                right[k][source] += 1
+    out: dict[str, Any] = {}
+    for k, c in counts.items():
+        holds = c["holds_yes"] + c["holds_no"] + c["holds_none"]
+        lacks = c["lacks_yes"] + c["lacks_no"] + c["lacks_none"]
+        out[k] = {**{key: c[key] for key in (f"{h}_{s}" for h in ("holds", "lacks") for s in ("yes", "no", "none"))},
+                  "yes_when_holds": c["holds_yes"] / holds if holds else None,
+                  "no_when_lacks": c["lacks_no"] / lacks if lacks else None,
+                  "right_explored": right[k]["explored"], "right_forced": right[k]["forced"]}
+    return out

@@ -1,0 +1,95 @@
+"""KnowTrace's sufficiency judgement of a run's model: on held-out gold prompts, and on its own dev explorations.
+
+    python scripts/judgement.py RUN [--iteration 0] [--questions dev|train-heldout] [--limit N] [--json FILE]
+
+Held-out gold prompts (`methods/knowtrace/judgement.py`): every exploration prompt of the gold trajectories of the
+run's dev questions (`--questions dev`), labelled No while a hop is missing and Yes once the chain is in the graph;
+the model's P(" Yes") against P(" No") after the judgement words (one prefill each, the run's generator settings),
+its greedy decision, and the accuracy, each label's recall and the mean P(Yes) per label with 95% intervals. Then,
+where the run evaluated that model (`iter_<z>/eval.jsonl`), its explorations counted by whether the graph shown
+names the gold answer and what the model said, and its right answers by source (an exploration that answered, or
+the forced answer). The last line is JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from knowtrace_train.errors import UserError  # noqa: E402
+
+
+def measure(run_dir: Path, iteration: str = "0", limit: int | None = None, generator=None) -> dict:
+    from knowtrace_train.generation import build_generator
+    from knowtrace_train.metrics import format_interval
+    from knowtrace_train.methods.knowtrace.judgement import (exploration_confusion, gold_judgement_prompts,
+                                                             judgement_figures, score_judgements)
+    from knowtrace_train.selftrain.loop import select_questions
+    from knowtrace_train.selftrain.models import run_model
+    from knowtrace_train.trajectory import read_trajectories
+
+    rm = run_model(run_dir, iteration)
+    strategy = rm.strategy
+    if strategy.name != "knowtrace":
+        raise UserError(f"{run_dir}: scripts/judgement.py measures KnowTrace's judgement; this run's method is "
+                        f"{strategy.name!r}")
+    questions = select_questions(rm.config, bootstrap=False)
+    dev = questions.dev[:limit] if limit else questions.dev
+    prompts, skipped = gold_judgement_prompts(dev, fewshot=strategy.fewshot.explore, kg_format=strategy.kg_format)
+    gen = generator or build_generator(rm.generator)
+    try:
+        p_yes = score_judgements(gen, prompts, strategy.roles.explore, strategy.prefill_judgement)
+    finally:
+        if generator is None:
+            gen.close()
+    out = {"run": str(run_dir), "model": rm.state.name, "questions": len(dev), "skipped": skipped,
+           "held_out": judgement_figures(prompts, p_yes)}
+    z = rm.state.name[1:] if rm.state.name.startswith("M") else None
+    ev = run_dir / f"iter_{z}" / "eval.jsonl" if z is not None else run_dir / "base" / "eval.jsonl"
+    if ev.is_file():
+        trajs = read_trajectories(ev)
+        out["dev_explorations"] = exploration_confusion(trajs, {it.id: it for it in questions.all_items})
+        out["dev_em"] = sum(1 for t in trajs if (t.em or 0) >= 1.0) / len(trajs) if trajs else None
+        out["dev_trajectories"] = len(trajs)
+    h = out["held_out"]["all"]
+    from knowtrace_train.metrics import Interval
+
+    def text(d):
+        return "n/a" if d["mean"] is None else format_interval(Interval(mean=d["mean"], low=d["low"], high=d["high"],
+                                                                        n=d["n"], confidence=0.95))
+    print(f"{run_dir} {rm.state.name}: held-out gold prompts of {len(dev)} dev questions: accuracy {text(h['accuracy'])}; "
+          f"Yes said on gold Yes {text(h['recall_yes'])}, No on gold No {text(h['recall_no'])}; "
+          f"mean P(Yes) {text(h['p_yes_when_gold_yes'])} on gold Yes, {text(h['p_yes_when_gold_no'])} on gold No")
+    if "dev_explorations" in out:
+        d = out["dev_explorations"]["all"]
+        print(f"  dev explorations: graph names the answer: Yes {d['holds_yes']}, No {d['holds_no']}, unread "
+              f"{d['holds_none']}; it does not: Yes {d['lacks_yes']}, No {d['lacks_no']}, unread {d['lacks_none']}; "
+              f"right answers {d['right_explored']} explored, {d['right_forced']} forced (EM {out['dev_em']:.3f}, "
+              f"n={out['dev_trajectories']})")
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("run", type=Path, help="a self-training run folder")
+    ap.add_argument("--iteration", default="0", help="the model: base, 0 (M0), z or last")
+    ap.add_argument("--limit", type=int, default=None, help="the first N dev questions only")
+    ap.add_argument("--json", type=Path, default=None, help="also write the figures here")
+    args = ap.parse_args(argv)
+    try:
+        out = measure(args.run, args.iteration, args.limit)
+    except (UserError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if args.json:
+        args.json.write_text(json.dumps(out, indent=1))
+    print(json.dumps(out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
