@@ -23,11 +23,11 @@ from knowtrace_train.metrics import bootstrap_interval, question_kind
 from knowtrace_train.pairing import by_id, pooled_paired_test, read_question_scores
 from knowtrace_train.report import model_eval_file, p_text, pyplot, save_figure, series
 
-#: config keys the runs of one arm may differ in: the seed, where and under which name they ran, how many
-#: threads, whether stages were taken from the reuse cache and whether evaluations ran beside other stages (on
-#: which schedule)
+#: config keys the runs of one arm may differ in: the seed, where and under which name they ran (and were
+#: tracked), how many threads, whether stages were taken from the reuse cache and whether evaluations ran beside
+#: other stages (on which schedule)
 ARM_FREE_KEYS = frozenset({"seed", "seeds", "output_dir", "name", "threads", "reuse", "eval_beside",
-                           "eval_beside_fixed",
+                           "eval_beside_fixed", "report_to", "run_name",
                            # how a step's records are computed, not which: one pass of 4 or 4 accumulated passes
                            # of 1, prompt prefixes shared or not, give the same gradients (tests/test_train.py)
                            "train.per_device_batch_size", "train.share_prefixes",

@@ -361,9 +361,9 @@ def evaluate(
 def _progress(total: int, enabled: bool):
     if not enabled:
         return None
-    from tqdm.auto import tqdm
+    from knowtrace_train.progress import stage_bar
 
-    return tqdm(total=total, desc="questions", unit="q", mininterval=2.0)
+    return stage_bar(total, "questions", unit="q", mininterval=2.0)
 
 
 def format_summary(s: EvalSummary) -> str:

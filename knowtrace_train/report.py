@@ -1,7 +1,8 @@
 """Reports of self-training runs (the per-iteration table, summary.json, the paper's Figure 2) and MINTQA-style breakdowns of trajectories.
 
 `summarize_run` folds the metrics of the base, M0 and every iteration into the run's summary;
-`table_header` / `table_row` print one row per model as the run goes; `load_run` reads a finished
+`table_header` / `table_row` print one row per model as the run goes, `run_table` the whole table once it has
+ended; `load_run` reads a finished
 (or running) run folder back; `plot_runs` draws EM and FA ratio per iteration, one line per run
 (backtracing and non-backtracing side by side when both are given).
 
@@ -125,6 +126,16 @@ def table_row(m: dict[str, Any]) -> str:
         cells[-3:-1] = ["empty", "-"]
     row = "  ".join(c.rjust(w) for c, (_, w) in zip(cells, COLUMNS))
     return f"{row}  {marker}" if marker else row
+
+
+def run_table(metrics: Sequence[dict[str, Any]]) -> str:
+    """The whole per-iteration table: the header, then one `table_row` per model, the raw base first, M0 and the
+    iterations in order (whatever order their evaluations finished in)."""
+    def order(m: dict[str, Any]) -> int:
+        it = m.get("iteration")
+        return -1 if it == "base" else int(it)
+
+    return "\n".join([table_header(), *(table_row(m) for m in sorted(metrics, key=order))])
 
 
 def _eval_entry(ev: dict[str, Any] | None) -> dict[str, Any]:

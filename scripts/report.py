@@ -1,45 +1,19 @@
 """Write the HTML report of self-training runs or trajectory files: one self-contained page with the traced graphs.
 
-    python scripts/report.py runs/selftrain_default --out runs/selftrain_default/report.html
-    python scripts/report.py runs/selftrain_default runs/selftrain_star --out runs/compare.html   # side by side
-    python scripts/report.py runs/eval/world_dev.jsonl --data data/world/dev.jsonl --corpus data/world/corpus.jsonl
+    python scripts/report.py RUN_OR_ROLLOUTS... [--out report.html]
 
-Each path is a run folder of recipes/selftrain.py (finished or running), a trajectory JSONL file of
-any method, or a folder of such files (runs/eval/). The page reads records only; it needs no network when it is viewed. Open a question with
-`report.html#q=<n>`. A bad record, a missing iteration or a run in progress is said on the page; the
-script goes on. The last line printed is one JSON object.
+The script is `knowtrace_train.commands.report` (also `knowtrace-train report`, the console script):
+its docstring, or `--help`, says what it does and prints.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import logging
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from knowtrace_train.errors import user_errors  # noqa: E402
-from knowtrace_train.report_html import write_report  # noqa: E402
-
-
-@user_errors
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("paths", nargs="+", metavar="RUN_OR_ROLLOUTS", help="run folders, trajectory JSONL files, folders of them")
-    parser.add_argument("--out", default="report.html", help="the HTML file to write")
-    parser.add_argument("--data", action="append", default=[], help="question file(s) for hop counts (a run's own are read from its config)")
-    parser.add_argument("--corpus", default=None, help="corpus JSONL for passage texts (a run's own is read from its config)")
-    parser.add_argument("--title", default=None, help="page title")
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    figures = write_report(args.paths, args.out, data_files=args.data, corpus=args.corpus, title=args.title)
-    print(f"wrote {figures['report']} ({figures['bytes'] / 1e6:.1f} MB): {figures['runs']} run(s)/file(s), "
-          f"{figures['questions']} trajectories, {figures['notes']} note(s) on the page")
-    print(json.dumps(figures))
-    return 0
-
+from knowtrace_train.commands.report import main  # noqa: E402,F401
 
 if __name__ == "__main__":
     sys.exit(main())

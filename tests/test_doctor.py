@@ -1,5 +1,6 @@
-"""scripts/doctor.py: every check ends ok, skipped with its reason, or failed; the last line is JSON; a failed
-check is exit 1, a missing optional part never is. (CI's fourth step runs the whole doctor on the CPU.)"""
+"""scripts/doctor.py (knowtrace_train/commands/doctor.py, which the script wraps): every check ends ok, skipped with
+its reason, or failed; the last line is JSON; a failed check is exit 1, a missing optional part never is. (CI's
+fourth step runs the whole doctor on the CPU.)"""
 
 from __future__ import annotations
 
@@ -11,7 +12,13 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 
-import doctor
+import doctor as doctor_script
+
+from knowtrace_train.commands import doctor
+
+
+def test_the_script_runs_the_packages_doctor():
+    assert doctor_script.main is doctor.main
 
 
 def test_each_check_ends_ok_skipped_or_failed_with_its_minutes(capsys):

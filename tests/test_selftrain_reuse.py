@@ -345,7 +345,8 @@ def oracle_recipe(monkeypatch):
             super().__init__(*args, **kwargs)
             self.make_generator = oracle_factory(self)
 
-    monkeypatch.setattr(recipe, "SelfTrain", OracleRun)
+    # the recipe's functions live in the package (knowtrace_train.commands.selftrain), the script re-exports them
+    monkeypatch.setattr(sys.modules[recipe.run_all.__module__], "SelfTrain", OracleRun)
     return recipe
 
 

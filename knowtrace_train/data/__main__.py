@@ -71,16 +71,20 @@ def add_stats_command(subparsers) -> None:
 COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [add_stats_command, add_build_corpus_command]
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m knowtrace_train.data", description="Inspect and prepare benchmark files.")
+PROG = "python -m knowtrace_train.data"
+
+
+def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=prog, description="Inspect and prepare benchmark files.")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for add in COMMANDS:
         add(subparsers)
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
+    """The command line (`prog`: the name `--help` shows, `knowtrace-train data` from the console script)."""
+    args = build_parser(prog).parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     try:
         return args.func(args)

@@ -53,6 +53,7 @@ from knowtrace_train.generation.prepare import (
     cut_at_stop,
     option_token_ids,
 )
+from knowtrace_train.progress import stderr_is_terminal
 from knowtrace_train.threads import follow as follow_threads
 
 __all__ = ["TransformersGenerator"]
@@ -217,7 +218,7 @@ class TransformersGenerator(GeneratorBase):
         by_adapter: dict[str | None, list[PreparedRequest]] = defaultdict(list)
         for p in prepared:
             by_adapter[p.adapter].append(p)
-        show = self.config.progress and len(prepared) > 1
+        show = self.config.progress and len(prepared) > 1 and stderr_is_terminal()  # no redraws in a log file
         with torch.inference_mode(), tqdm(total=len(prepared), desc="generate", disable=not show) as bar:
             for adapter, items in by_adapter.items():
                 with self._adapter(adapter):

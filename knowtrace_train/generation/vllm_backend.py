@@ -29,6 +29,7 @@ from knowtrace_train.generation.devices import engine_visible_devices, local_ran
 from knowtrace_train.generation.adapters import check_adapter_dir
 from knowtrace_train.generation.models import resolve_model
 from knowtrace_train.generation.prepare import PromptPreparer, RoleAdapters, combine_option_logprobs, option_token_ids
+from knowtrace_train.progress import stderr_is_terminal
 
 log = logging.getLogger(__name__)
 
@@ -236,7 +237,7 @@ class VLLMGenerator(GeneratorBase):
         for i, p in enumerate(prepared):
             by_adapter.setdefault(p.adapter, []).append(i)
         results: list[Completion | None] = [None] * len(prepared)
-        show = self.config.progress and len(prepared) > 1
+        show = self.config.progress and len(prepared) > 1 and stderr_is_terminal()  # no redraws in a log file
         for adapter, idx in by_adapter.items():
             outputs = self.llm.generate(
                 [prompts[i] for i in idx],

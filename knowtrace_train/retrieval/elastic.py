@@ -112,10 +112,12 @@ class ElasticRetriever:
     def _bulk_index(self) -> None:
         from tqdm.auto import tqdm
 
+        from knowtrace_train.progress import stderr_is_terminal
+
         streaming_bulk = self._helpers.streaming_bulk
         log.info("bulk-indexing %d passages into %s index %s", len(self.passages), self.flavor, self.index)
         failed = []
-        progress = tqdm(total=len(self.passages), desc=f"{self.flavor} bulk index", disable=not self.show_progress)
+        progress = tqdm(total=len(self.passages), desc=f"{self.flavor} bulk index", disable=not (self.show_progress and stderr_is_terminal()))
         for ok, info in streaming_bulk(self.client, self._actions(), chunk_size=1000, raise_on_error=False):
             progress.update(1)
             if not ok:

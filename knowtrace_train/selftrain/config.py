@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from knowtrace_train import tracking
 from knowtrace_train.data.corpus import CorpusConfig
 from knowtrace_train.generation import GeneratorConfig, check_generator_installed
 from knowtrace_train.methods import METHODS, Method, StrategyConfig, get_method
@@ -249,6 +250,13 @@ class SelfTrainConfig:
     reuse: bool = field(default=True, metadata={"help": (
         "take the raw base's evaluation and probe, M0, M0's evaluation and iteration 1's rollouts from the cache "
         "home ($KNOWTRACE_CACHE/runs) when a run made them from the same inputs; false: compute everything")})
+    report_to: str | list[str] = field(default="none", metadata={"help": (
+        "experiment tracking: 'none', 'tensorboard', 'trackio', 'wandb', 'mlflow' or a list ([tensorboard,trackio]): "
+        "every trainer's run (<run_name>/iter_<z>/<role>) and the loop's figures per iteration (<run_name>/loop), "
+        "written under <run folder>/tracking/ (knowtrace_train/tracking.py); nothing reaches the network unless "
+        "asked (wandb runs offline without WANDB_MODE or WANDB_API_KEY)")})
+    run_name: str | None = field(default=None, metadata={"help": (
+        "the trackers' name of this run (null: the run folder's name)")})
 
     def __post_init__(self) -> None:
         if self.iterations < 0:
@@ -270,6 +278,9 @@ class SelfTrainConfig:
             raise ValueError(f"threads must be >= 1 or null, got {self.threads}")
         if not self.name or "/" in self.name:
             raise ValueError(f"name must be a non-empty folder name, got {self.name!r}")
+        self.report_to = tracking.canonical(self.report_to)  # an unknown backend is refused here
+        if self.run_name is not None and (not isinstance(self.run_name, str) or not self.run_name.strip()):
+            raise ValueError(f"run_name must be a non-empty string or null, got {self.run_name!r}")
 
     def validate(self) -> None:
         """Cross-field rules, checked before any work (a run that would fail late fails now)."""
@@ -296,6 +307,7 @@ class SelfTrainConfig:
             raise ValueError(f"mode: {self.mode} needs train.prompt_format: chat (TRL tokenizes a plain prompt and its "
                              "completion as one text, and their tokens merge across the boundary)")
         check_beside(self.eval_beside, launched_processes(), self.generator.backend)
+        tracking.check_installed(tracking.backends(self.report_to))
         self._check_rollout()
         self._check_grpo()
         check_retriever_installed(self.retriever)

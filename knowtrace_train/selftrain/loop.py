@@ -25,6 +25,8 @@ Run folder (runs/<name>):
     <folder>/DONE.<stage>         the stage's marker with its seconds and figures ("reused_from": the cache
                                   folder of a stage another run computed, see reuse.py)
     summary.json                  dev EM/F1 and FA ratios per iteration, wall time per phase
+    tracking/                     where `report_to` names trackers: each trainer's run and the loop's figures
+                                  per iteration (knowtrace_train/tracking.py)
 
 Every file is written to a temporary name and renamed; a stage whose marker exists is never redone,
 so a killed run started again with the same config continues at the first unfinished stage. With
@@ -46,11 +48,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
+from knowtrace_train import tracking
 from knowtrace_train.data.schema import Passage, QAItem
 from knowtrace_train.evaluate import EvalConfig, evidence_check, load_corpus, summarize
 from knowtrace_train.io import write_json, write_jsonl
 from knowtrace_train.methods import Method, StrategyConfig, get_method
 from knowtrace_train.pairing import compare_evals
+from knowtrace_train.progress import library_bars_off
 from knowtrace_train.metrics import question_kind
 from knowtrace_train.selftrain.beside import Evaluations, beside_threads
 from knowtrace_train.selftrain.bootstrap import Bootstrap
@@ -138,6 +142,8 @@ class SelfTrain(Bootstrap, Reuse, AdapterTraining, Evaluations):
         self._reuse_cache = None
         self._corpus_fp: str | None = None
         self._m0_key: str | None = None
+        #: the run's trackers (`report_to`; None: none), set by `run`
+        self.tracking: tracking.Tracking | None = None
 
     # -- lazily built parts (a finished run loads nothing) ----------------------------------------
     @property
@@ -182,20 +188,22 @@ class SelfTrain(Bootstrap, Reuse, AdapterTraining, Evaluations):
         self._threads, self._pending, self._base_waits = threads, None, False
         self._fixed = self._beside > 0 and cfg.eval_beside_fixed
         metrics: list[dict[str, Any]] = []
-        try:
-            if cfg.eval_base:  # beside the bootstrap, in turn, or (the fixed schedule) later: _evaluate_base
-                self._evaluate_base(metrics)
-            m0 = self._m0(metrics)
-            state = m0
-            for z in range(1, cfg.iterations + 1):
-                state, stop = self._iteration(z, state, m0, metrics)
-                if stop:
-                    break
-            self._finish_evaluations(metrics)
-        except BaseException as e:
-            if self._pending is not None and not isinstance(e, KeyboardInterrupt):
-                self._pending[0].wait_quietly()  # nothing of this run writes after it has failed
-            raise
+        self.tracking = tracking.for_run(cfg.report_to, self.run_dir, cfg.run_name, self.procs.is_main)
+        with tracking.tracked(self.tracking), library_bars_off():  # one bar per stage: none of the libraries'
+            try:
+                if cfg.eval_base:  # beside the bootstrap, in turn, or (the fixed schedule) later: _evaluate_base
+                    self._evaluate_base(metrics)
+                m0 = self._m0(metrics)
+                state = m0
+                for z in range(1, cfg.iterations + 1):
+                    state, stop = self._iteration(z, state, m0, metrics)
+                    if stop:
+                        break
+                self._finish_evaluations(metrics)
+            except BaseException as e:
+                if self._pending is not None and not isinstance(e, KeyboardInterrupt):
+                    self._pending[0].wait_quietly()  # nothing of this run writes after it has failed
+                raise
         summary = self._write_summary(metrics)
         log.info("run finished in %.1fs (this invocation)", time.perf_counter() - t0)
         return summary
@@ -224,6 +232,8 @@ class SelfTrain(Bootstrap, Reuse, AdapterTraining, Evaluations):
         return n
 
     def _emit(self, m: dict[str, Any]) -> None:
+        if self.tracking is not None:
+            self.tracking.log_model(m)  # the main process's trackers (tracking.py)
         if self.on_metrics is not None and self.procs.is_main:
             self.on_metrics(m)
 

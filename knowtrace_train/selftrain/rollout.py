@@ -169,6 +169,6 @@ def run_rollouts(
 def _bar(total: int, desc: str, enabled: bool):
     if not enabled or total == 0:
         return None
-    from tqdm.auto import tqdm
+    from knowtrace_train.progress import stage_bar
 
-    return tqdm(total=total, desc=desc, unit="q", mininterval=1.0)
+    return stage_bar(total, desc, unit="q", mininterval=1.0)

@@ -30,6 +30,15 @@ class AdapterTraining:
 
     def _train(self, folder: Path, adapter: str, records: list[dict[str, Any]], base: Path, tc, seed: int,
                subdir: str = "adapters", trainer: str = "sft", init_adapter: str | None = None) -> dict[str, Any]:
+        """The adapter of `adapter` trained on `records`; its trainer reports to the run's trackers as
+        <run_name>/<folder>/<adapter> (tracking.py)."""
+        from knowtrace_train.tracking import trainer_run
+
+        with trainer_run(getattr(self, "tracking", None), folder.name, adapter):
+            return self._train_adapter(folder, adapter, records, base, tc, seed, subdir, trainer, init_adapter)
+
+    def _train_adapter(self, folder: Path, adapter: str, records: list[dict[str, Any]], base: Path, tc, seed: int,
+                       subdir: str, trainer: str, init_adapter: str | None) -> dict[str, Any]:
         if trainer == "grpo":
             return self._train_grpo(folder, adapter, records, base, tc, seed, subdir, init_adapter)
         # An empty output (a completion that found nothing, kept whole in mode "star") teaches

@@ -9,6 +9,8 @@ from typing import Any
 
 from knowtrace_train.generation.prepare import PROMPT_FORMATS
 from knowtrace_train.methods.star import UNDESIRABLE_SOURCES
+from knowtrace_train.progress import trainer_bar_off
+from knowtrace_train.tracking import trainer_arguments
 
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 
@@ -105,7 +107,6 @@ class LoraTrainConfig:
     plateau_min_drop: float = field(
         default=0.1, metadata={"help": "Relative drop of the windowed mean loss below which training counts as flat."}
     )
-
     decision_weight: float | None = field(
         default=None,
         metadata={"help": (
@@ -362,7 +363,8 @@ def common_args(config: LoraTrainConfig, precision: str, device: str, output_dir
         logging_steps=config.logging_steps,
         logging_first_step=True,
         save_strategy="no",
-        report_to="none",
+        disable_tqdm=trainer_bar_off(),  # no bar redraws in a log file (progress.py)
+        **trainer_arguments(),  # report_to "none", or a tracked run's trackers and run name (tracking.py)
         remove_unused_columns=False,
         dataloader_drop_last=False,
         **extra,

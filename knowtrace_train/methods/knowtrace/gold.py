@@ -19,6 +19,8 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from tqdm.auto import tqdm
 
+from knowtrace_train.progress import stderr_is_terminal
+
 import knowtrace_train.methods.knowtrace.outputs as outputs
 from knowtrace_train.methods.knowtrace.backtrace.records import backtrace_trajectories
 from knowtrace_train.data.schema import Passage, QAItem
@@ -133,7 +135,8 @@ def gold_trajectories(
             chains.append((it, chain))
     queries = [pair_to_query(h.pair.entity, h.pair.guidance) for _, ch in chains for h in ch]
     results: list[list[Passage]] = []
-    for i in tqdm(range(0, len(queries), batch_size), desc="gold retrieval", disable=len(queries) <= batch_size):
+    quiet = len(queries) <= batch_size or not stderr_is_terminal()  # no bar redraws in a log file
+    for i in tqdm(range(0, len(queries), batch_size), desc="gold retrieval", disable=quiet):
         batch = retriever.search(queries[i : i + batch_size], k)
         results += [[sp.passage for sp in hits] for hits in batch]
     out: list[Trajectory] = []
