@@ -1,9 +1,10 @@
-"""Headless Chromium driven through the Chrome DevTools protocol, for the tests of the HTML report.
+"""Headless Chromium driven through the Chrome DevTools protocol, for the tests of the HTML report and the docs site.
 
 `find_chromium()` returns the browser (Debian's `chromium`; installed with apt-get where it is missing
 and the process may install: root), or None with the reason. `Browser` launches it headless on
 127.0.0.1 with a throwaway profile, opens a page, evaluates JavaScript, clicks an element with real
-mouse events (Input.dispatchMouseEvent at the element's centre) and takes screenshots.
+mouse events (Input.dispatchMouseEvent at the element's centre), types with real key events and takes
+screenshots.
 """
 
 from __future__ import annotations
@@ -130,6 +131,13 @@ class Browser:
         self.send("Input.dispatchMouseEvent", type="mouseMoved", x=x, y=y)
         for kind in ("mousePressed", "mouseReleased"):
             self.send("Input.dispatchMouseEvent", type=kind, x=x, y=y, button="left", clickCount=1)
+
+    def type(self, text: str) -> None:
+        """Real typing into the focused element: a key pressed and released per character (pages that listen to
+        key events, not only to `input`, see each one)."""
+        for ch in text:
+            self.send("Input.dispatchKeyEvent", type="keyDown", key=ch, text=ch, unmodifiedText=ch)
+            self.send("Input.dispatchKeyEvent", type="keyUp", key=ch)
 
     def screenshot(self, path: Path, full_page: bool = False) -> Path:
         params: dict[str, Any] = {"format": "png"}
