@@ -1,6 +1,6 @@
 """KnowTrace's sufficiency judgement of a run's model: on held-out gold prompts, and on its own dev explorations.
 
-    python scripts/judgement.py RUN [--iteration 0] [--questions dev|train-heldout] [--limit N] [--json FILE]
+    python scripts/judgement.py RUN [--iteration 0] [--limit N] [--dev_questions N] [--dev_only] [--json FILE]
 
 Held-out gold prompts (`methods/knowtrace/judgement.py`): every exploration prompt of the gold trajectories of the
 run's dev questions (`--questions dev`), labelled No while a hop is missing and Yes once the chain is in the graph;
@@ -23,7 +23,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from knowtrace_train.errors import UserError  # noqa: E402
 
 
-def measure(run_dir: Path, iteration: str = "0", limit: int | None = None, generator=None) -> dict:
+def measure(run_dir: Path, iteration: str = "0", limit: int | None = None, generator=None,
+            held_out: bool = True, dev_questions: int | None = None) -> dict:
+    import dataclasses
+
     from knowtrace_train.generation import build_generator
     from knowtrace_train.metrics import format_interval
     from knowtrace_train.methods.knowtrace.judgement import (exploration_confusion, gold_judgement_prompts,
@@ -37,17 +40,22 @@ def measure(run_dir: Path, iteration: str = "0", limit: int | None = None, gener
     if strategy.name != "knowtrace":
         raise UserError(f"{run_dir}: scripts/judgement.py measures KnowTrace's judgement; this run's method is "
                         f"{strategy.name!r}")
-    questions = select_questions(rm.config, bootstrap=False)
+    config = rm.config
+    if dev_questions is not None:  # the held-out prompts of more (or fewer) of the same shuffled dev questions
+        config = dataclasses.replace(config, data=dataclasses.replace(config.data, dev_questions=dev_questions))
+    questions = select_questions(config, bootstrap=False)
     dev = questions.dev[:limit] if limit else questions.dev
-    prompts, skipped = gold_judgement_prompts(dev, fewshot=strategy.fewshot.explore, kg_format=strategy.kg_format)
-    gen = generator or build_generator(rm.generator)
-    try:
-        p_yes = score_judgements(gen, prompts, strategy.roles.explore, strategy.prefill_judgement)
-    finally:
-        if generator is None:
-            gen.close()
-    out = {"run": str(run_dir), "model": rm.state.name, "questions": len(dev), "skipped": skipped,
-           "held_out": judgement_figures(prompts, p_yes)}
+    out = {"run": str(run_dir), "model": rm.state.name, "questions": len(dev)}
+    if held_out:
+        prompts, out["skipped"] = gold_judgement_prompts(dev, fewshot=strategy.fewshot.explore,
+                                                         kg_format=strategy.kg_format)
+        gen = generator or build_generator(rm.generator)
+        try:
+            p_yes = score_judgements(gen, prompts, strategy.roles.explore, strategy.prefill_judgement)
+        finally:
+            if generator is None:
+                gen.close()
+        out["held_out"] = judgement_figures(prompts, p_yes)
     z = rm.state.name[1:] if rm.state.name.startswith("M") else None
     ev = run_dir / f"iter_{z}" / "eval.jsonl" if z is not None else run_dir / "base" / "eval.jsonl"
     if ev.is_file():
@@ -55,15 +63,16 @@ def measure(run_dir: Path, iteration: str = "0", limit: int | None = None, gener
         out["dev_explorations"] = exploration_confusion(trajs, {it.id: it for it in questions.all_items})
         out["dev_em"] = sum(1 for t in trajs if (t.em or 0) >= 1.0) / len(trajs) if trajs else None
         out["dev_trajectories"] = len(trajs)
-    h = out["held_out"]["all"]
     from knowtrace_train.metrics import Interval
 
     def text(d):
         return "n/a" if d["mean"] is None else format_interval(Interval(mean=d["mean"], low=d["low"], high=d["high"],
                                                                         n=d["n"], confidence=0.95))
-    print(f"{run_dir} {rm.state.name}: held-out gold prompts of {len(dev)} dev questions: accuracy {text(h['accuracy'])}; "
-          f"Yes said on gold Yes {text(h['recall_yes'])}, No on gold No {text(h['recall_no'])}; "
-          f"mean P(Yes) {text(h['p_yes_when_gold_yes'])} on gold Yes, {text(h['p_yes_when_gold_no'])} on gold No")
+    if held_out:
+        h = out["held_out"]["all"]
+        print(f"{run_dir} {rm.state.name}: held-out gold prompts of {len(dev)} dev questions: accuracy {text(h['accuracy'])}; "
+              f"Yes said on gold Yes {text(h['recall_yes'])}, No on gold No {text(h['recall_no'])}; "
+              f"mean P(Yes) {text(h['p_yes_when_gold_yes'])} on gold Yes, {text(h['p_yes_when_gold_no'])} on gold No")
     if "dev_explorations" in out:
         d = out["dev_explorations"]["all"]
         print(f"  dev explorations: graph names the answer: Yes {d['holds_yes']}, No {d['holds_no']}, unread "
@@ -78,10 +87,14 @@ def main(argv=None) -> int:
     ap.add_argument("run", type=Path, help="a self-training run folder")
     ap.add_argument("--iteration", default="0", help="the model: base, 0 (M0), z or last")
     ap.add_argument("--limit", type=int, default=None, help="the first N dev questions only")
+    ap.add_argument("--dev_questions", type=int, default=None,
+                    help="held-out prompts of this many of the run's shuffled dev questions (default: the run's own)")
+    ap.add_argument("--dev_only", action="store_true", help="only the run's own dev explorations (no scoring)")
     ap.add_argument("--json", type=Path, default=None, help="also write the figures here")
     args = ap.parse_args(argv)
     try:
-        out = measure(args.run, args.iteration, args.limit)
+        out = measure(args.run, args.iteration, args.limit, held_out=not args.dev_only,
+                      dev_questions=args.dev_questions)
     except (UserError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
