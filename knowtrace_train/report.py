@@ -1,4 +1,4 @@
-"""Reports of self-training runs (the per-iteration table, summary.json, the paper's Figure 2) and MINTQA-style breakdowns of trajectories.
+"""Reports of self-training runs (the per-iteration table, summary.json, the paper's Figure 2) and MINTQA-style breakdowns of trajectories (over 500 lines: the table, its end-of-run print and the figures share one row format).
 
 `summarize_run` folds the metrics of the base, M0 and every iteration into the run's summary;
 `table_header` / `table_row` print one row per model as the run goes, `run_table` the whole table once it has

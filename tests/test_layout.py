@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 
 PKG = Path(__file__).resolve().parents[1] / "knowtrace_train"
-SHARED = ("trajectory", "kg", "kg_store", "metrics", "pairing", "io", "config", "errors", "stages", "threads", "data", "retrieval", "generation")
-LOOPS = ("selftrain", "train", "evaluate", "report", "report_html", "compare", "fair", "arms")
+SHARED = ("trajectory", "kg", "kg_store", "metrics", "pairing", "io", "config", "errors", "stages", "threads", "data", "retrieval", "generation",
+          "decisions", "progress")
+LOOPS = ("selftrain", "train", "evaluate", "report", "report_html", "compare", "fair", "arms", "tracking")
 
 
 def _band(module: str) -> str:

@@ -49,9 +49,11 @@ def test_train_sections_and_lora_train_config_share_one_set_of_defaults():
     from knowtrace_train.train.config import LoraTrainConfig
 
     cfg = SelfTrainConfig()
-    # iteration adapters: one epoch; both sections: 4 records per optimizer step whatever the process count
-    assert cfg.train == dataclasses.replace(LoraTrainConfig(), epochs=1.0, effective_batch_size=4)
-    assert cfg.bootstrap.train == dataclasses.replace(LoraTrainConfig(), epochs=1.0, learning_rate=1e-3, effective_batch_size=4)
+    # iteration adapters: one epoch; both sections: 4 records per optimizer step whatever the process count, and
+    # decisions weighted (docs/decisions.md)
+    assert cfg.train == dataclasses.replace(LoraTrainConfig(), epochs=1.0, effective_batch_size=4, decision_weight=4.0)
+    assert cfg.bootstrap.train == dataclasses.replace(LoraTrainConfig(), epochs=1.0, learning_rate=1e-3, effective_batch_size=4,
+                                                      decision_weight=4.0)
     # the CPU default run's values (its figures were measured with them): the sections' 4 records in one pass
     lora = LoraTrainConfig()
     assert (lora.per_device_batch_size, lora.gradient_accumulation_steps, lora.learning_rate, lora.epochs,

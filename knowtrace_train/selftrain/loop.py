@@ -1,4 +1,4 @@
-"""Algorithm 2 (backtracing-guided self-training) as resumable stages in a run folder, for any registered method.
+"""Algorithm 2 (backtracing-guided self-training) as resumable stages in a run folder, for any registered method (over 500 lines: the stages in the order a run takes them, one place to read a run).
 
 M0 is the base model, or the bootstrapped one (iteration 0: LoRA on the method's gold trajectories,
 merged into the weights). Iteration z rolls out the train questions with M(z-1) (M0 at z=1; afterwards

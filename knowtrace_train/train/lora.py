@@ -1,4 +1,4 @@
-"""LoRA SFT of one role on prompt/completion records (TRL SFTTrainer + PEFT), loss on the completion only.
+"""LoRA SFT of one role on prompt/completion records (TRL SFTTrainer + PEFT), loss on the completion only (over 500 lines: a role's records to tokens, its loading, training and saving, in the order one training runs).
 
 A record is ``{"prompt", "completion"}`` (the ``sft_<role>.jsonl`` rows). Each is tokenized here, once, into
 the exact token sequence the generator feeds the model (`prompt_ids`) followed by the completion's tokens
