@@ -130,9 +130,9 @@ def grpo_records(
                     counts["zero_advantage"] += 1
                     continue
                 counts["positive" if adv > 0 else "negative"] += 1
+                prefix, completion = split_prefix(c.prefix, c.output)
                 rows[c.role].append({
-                    "prompt": c.prompt, "prefix": split_prefix(c.prefix, c.output)[0],
-                    "completion": split_prefix(c.prefix, c.output)[1], "role": c.role, "trajectory_id": t.id,
+                    "prompt": c.prompt, "prefix": prefix, "completion": completion, "role": c.role, "trajectory_id": t.id,
                     "question_id": qid, "call": c.index, "reward": r, "advantage": adv, "credit": credit,
                     "iteration": iteration if iteration is not None else t.iteration,
                 })

@@ -45,11 +45,6 @@ def counting_trainer_class(kind: str = "sft", share_prefixes: bool = False):
                 return shared_prefix_loss(self, model, inputs, return_outputs, num_items_in_batch, records=records)
             return completion_loss(self, model, inputs, return_outputs, num_items_in_batch)
 
-        def _set_signature_columns_if_needed(self):
-            super()._set_signature_columns_if_needed()
-            if self._signature_columns is not None and "loss_weights" not in self._signature_columns:
-                self._signature_columns = [*self._signature_columns, "loss_weights"]
-
         def _get_train_sampler(self, train_dataset=None):
             # `record_groups` (set by train_role where grouped passes pay): one group key per dataset row
             groups = getattr(self, "record_groups", None)
