@@ -12,8 +12,12 @@ the labels of its kind (each label's records together weigh as much as every oth
 
 from __future__ import annotations
 
+import math
 from collections import Counter
+from dataclasses import dataclass
 from typing import Any, Mapping, MutableMapping, Sequence
+
+from knowtrace_train.generation.base import GenerationRequest, OptionScorer, OptionScores, score_each
 
 #: the record field that marks a decision: {"kind", "label", "start", "end"} (characters of the completion)
 DECISION = "decision"
@@ -74,3 +78,98 @@ def decision_weights(records: Sequence[Mapping[str, Any]], decision_weight: floa
         n = sum(labels.values())
         out.append(decision_weight * n / (len(labels) * labels[d["label"]]))
     return out
+
+
+# -- a decision as a calibrated threshold ---------------------------------------------------------------
+# Greedy decoding says " Yes" where P(" Yes") beats P(" No") (and every other token). A trained model can tell the
+# labels apart (its P(Yes) is higher where the gold says Yes) and still fall on one side of that point for every
+# prompt, and which side is the training seed's (docs/decisions.md). A threshold on the log-odds
+# log P(yes) - log P(no), chosen where held-out gold prompts are told apart best, decides from the evidence the
+# model does read, whatever its bias.
+
+@dataclass(frozen=True)
+class DecisionPrompt:
+    """A held-out gold prompt of one decision: the prompt and the fed prefix after which the model states it,
+    under `role`'s adapter; `options` (positive, negative), the words it states it with; `label` True where the
+    gold trajectory states the positive one there."""
+
+    kind: str
+    prompt: str
+    prefix: str
+    role: str
+    options: tuple[str, str]
+    label: bool
+    item_id: str = ""
+    #: the question's kind ("bridge", "comparison") where known
+    question_kind: str | None = None
+
+
+def option_log_odds(scores: OptionScores | Exception, options: Sequence[str]) -> float:
+    """log P(options[0]) - log P(options[1]) of an `OptionScores`; a missing
+    option (a backend reports only its top tokens) counts as -inf; NaN where neither is known or scoring failed."""
+    if not isinstance(scores, OptionScores):
+        return math.nan
+    pos, neg = scores.logprobs.get(options[0]), scores.logprobs.get(options[1])
+    if pos is None and neg is None:
+        return math.nan
+    return (-math.inf if pos is None else pos) - (-math.inf if neg is None else neg)
+
+
+def score_decisions(scorer: OptionScorer, prompts: Sequence[DecisionPrompt], batch: int = 32) -> list[float]:
+    """The log-odds (`option_log_odds`) of each prompt's positive option, in batches of `batch`."""
+    out: list[float] = []
+    for lo in range(0, len(prompts), batch):
+        part = prompts[lo : lo + batch]
+        requests = [GenerationRequest(prompt=p.prompt, prefix=p.prefix, role=p.role, max_new_tokens=1) for p in part]
+        scored = score_each(scorer, requests, [list(p.options) for p in part])
+        out += [option_log_odds(s, p.options) for s, p in zip(scored, part)]
+    return out
+
+
+def choose_threshold(log_odds: Sequence[float], labels: Sequence[bool]) -> dict[str, Any] | None:
+    """The threshold t (say positive where log-odds > t) that tells `labels` apart best: the highest balanced
+    accuracy (the mean of the two labels' recalls, so that the commoner label does not decide); among equals,
+    the one nearest 0 (the greedy point), placed halfway between two neighbouring scores. None where a label is
+    missing (nothing to tell apart) or no score is finite. Returns the threshold and its figures on these prompts."""
+    pairs = [(d, bool(y)) for d, y in zip(log_odds, labels) if not math.isnan(d)]
+    pos, neg = sum(1 for _, y in pairs if y), sum(1 for _, y in pairs if not y)
+    finite = sorted({d for d, _ in pairs if math.isfinite(d)})
+    if not pos or not neg or not finite:
+        return None
+    cuts = [finite[0] - 1.0] + [(a + b) / 2 for a, b in zip(finite, finite[1:])] + [finite[-1] + 1.0, 0.0]
+
+    def figures(t: float) -> tuple[float, float, float]:
+        ry = sum(1 for d, y in pairs if y and d > t) / pos
+        rn = sum(1 for d, y in pairs if not y and d <= t) / neg
+        return (ry + rn) / 2, ry, rn
+
+    best = max(cuts, key=lambda t: (round(figures(t)[0], 12), -abs(t)))
+    bal, ry, rn = figures(best)
+    greedy = figures(0.0)
+    return {"threshold": round(best, 6), "balanced_accuracy": round(bal, 4), "recall_yes": round(ry, 4),
+            "recall_no": round(rn, 4), "positives": pos, "negatives": neg, "unscored": len(log_odds) - len(pairs),
+            "greedy": {"balanced_accuracy": round(greedy[0], 4), "recall_yes": round(greedy[1], 4),
+                       "recall_no": round(greedy[2], 4)}}
+
+
+def calibrate(scorer: OptionScorer, prompts: Sequence[DecisionPrompt]) -> dict[str, dict[str, Any]]:
+    """Per decision kind of `prompts`, `choose_threshold` over the scorer's log-odds ({} where none; a kind that
+    cannot be calibrated has {"threshold": None, "why": ...})."""
+    out: dict[str, dict[str, Any]] = {}
+    kinds = sorted({p.kind for p in prompts})
+    scores = score_decisions(scorer, prompts)
+    for k in kinds:
+        idx = [i for i, p in enumerate(prompts) if p.kind == k]
+        chosen = choose_threshold([scores[i] for i in idx], [prompts[i].label for i in idx])
+        labels = Counter(prompts[i].label for i in idx)
+        out[k] = chosen if chosen is not None else {
+            "threshold": None, "positives": labels[True], "negatives": labels[False],
+            "why": "the held-out prompts carry one label only, or none was scored"}
+        out[k]["prompts"] = len(idx)
+    return out
+
+
+def thresholds_of(calibration: Mapping[str, Mapping[str, Any]] | None) -> dict[str, float]:
+    """{kind: threshold} of a calibration (`calibrate`'s result, as calibration.json holds it), the kinds with one."""
+    return {k: float(v["threshold"]) for k, v in (calibration or {}).items()
+            if isinstance(v, Mapping) and v.get("threshold") is not None}

@@ -1,11 +1,11 @@
 """KnowTrace's sufficiency judgement of a run's model: on held-out gold prompts, and on its own dev explorations.
 
-    python scripts/judgement.py RUN [--iteration 0] [--limit N] [--dev_questions N] [--dev_only] [--json FILE]
+    python scripts/judgement.py RUN [--iteration 0] [--limit N] [--dev_questions N] [--dev_only] [--calibrate] [--json FILE]
 
 Held-out gold prompts (`methods/knowtrace/judgement.py`): every exploration prompt of the gold trajectories of the
 run's dev questions (`--questions dev`), labelled No while a hop is missing and Yes once the chain is in the graph;
 the model's P(" Yes") against P(" No") after the judgement words (one prefill each, the run's generator settings),
-its greedy decision, and the accuracy, each label's recall and the mean P(Yes) per label with 95% intervals. Then,
+its decision at the model's calibrated threshold (greedy where it has none), and the accuracy, each label's recall and the mean P(Yes) per label with 95% intervals. Then,
 where the run evaluated that model (`iter_<z>/eval.jsonl`), its explorations counted by whether the graph shown
 names the gold answer and what the model said, and its right answers by source (an exploration that answered, or
 the forced answer). The last line is JSON.
@@ -21,6 +21,31 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from knowtrace_train.errors import UserError  # noqa: E402
+
+
+def calibrate(run_dir: Path, iteration: str = "0") -> dict:
+    """Calibrate the run's model of `iteration` as the loop does (its calibration questions' gold prompts) and
+    write iter_<z>/calibration.json: a run made before calibration existed then evaluates with its thresholds."""
+    import dataclasses
+
+    from knowtrace_train.generation import build_generator
+    from knowtrace_train.methods import get_method
+    from knowtrace_train.selftrain.calibration import calibrate_model
+    from knowtrace_train.selftrain.loop import select_questions
+    from knowtrace_train.selftrain.models import run_model
+
+    rm = run_model(run_dir, iteration)
+    if not rm.state.trained:
+        raise UserError(f"{run_dir}: the model of iteration {iteration} is the raw base: nothing trained to calibrate")
+    plain = dataclasses.replace(rm.state, thresholds={})
+    strategy = dataclasses.replace(rm, state=plain).strategy
+    items = select_questions(rm.config, bootstrap=rm.config.bootstrap.mode != "never").calibration
+    prompts = get_method(strategy.name).decision_prompts(strategy, items)
+    if not prompts:
+        raise UserError(f"{run_dir}: no decision prompt from {len(items)} calibration questions")
+    z = rm.state.name[1:]
+    return calibrate_model(lambda: build_generator(dataclasses.replace(rm, state=plain).generator), prompts,
+                           run_dir / f"iter_{z}", rm.state.name, len(items))
 
 
 def measure(run_dir: Path, iteration: str = "0", limit: int | None = None, generator=None,
@@ -45,17 +70,18 @@ def measure(run_dir: Path, iteration: str = "0", limit: int | None = None, gener
         config = dataclasses.replace(config, data=dataclasses.replace(config.data, dev_questions=dev_questions))
     questions = select_questions(config, bootstrap=False)
     dev = questions.dev[:limit] if limit else questions.dev
-    out = {"run": str(run_dir), "model": rm.state.name, "questions": len(dev)}
+    out = {"run": str(run_dir), "model": rm.state.name, "questions": len(dev),
+           "threshold": getattr(strategy, "judgement_threshold", None)}
     if held_out:
         prompts, out["skipped"] = gold_judgement_prompts(dev, fewshot=strategy.fewshot.explore,
                                                          kg_format=strategy.kg_format)
         gen = generator or build_generator(rm.generator)
         try:
-            p_yes = score_judgements(gen, prompts, strategy.roles.explore, strategy.prefill_judgement)
+            odds = score_judgements(gen, prompts, strategy.roles.explore, strategy.prefill_judgement)
         finally:
             if generator is None:
                 gen.close()
-        out["held_out"] = judgement_figures(prompts, p_yes)
+        out["held_out"] = judgement_figures(prompts, odds, out["threshold"])
     z = rm.state.name[1:] if rm.state.name.startswith("M") else None
     ev = run_dir / f"iter_{z}" / "eval.jsonl" if z is not None else run_dir / "base" / "eval.jsonl"
     if ev.is_file():
@@ -91,8 +117,13 @@ def main(argv=None) -> int:
                     help="held-out prompts of this many of the run's shuffled dev questions (default: the run's own)")
     ap.add_argument("--dev_only", action="store_true", help="only the run's own dev explorations (no scoring)")
     ap.add_argument("--json", type=Path, default=None, help="also write the figures here")
+    ap.add_argument("--calibrate", action="store_true", help=(
+        "first calibrate the model's judgement threshold on the run's calibration questions, as the loop does, and "
+        "write iter_<z>/calibration.json (for a run made before calibration existed)"))
     args = ap.parse_args(argv)
     try:
+        if args.calibrate:
+            print(json.dumps({"calibration": calibrate(args.run, args.iteration)}))
         out = measure(args.run, args.iteration, args.limit, held_out=not args.dev_only,
                       dev_questions=args.dev_questions)
     except (UserError, ValueError) as e:

@@ -318,13 +318,17 @@ def test_the_judgement_is_read_from_the_two_options_after_the_judgement_words():
                                   " No": math.log(0.2 if "Castelbrun" in r.prompt else 0.7)}, prompt_tokens=1)
                     for r in requests]
 
-    p_yes = score_judgements(Scorer(), prompts, "explore", batch=5)
+    odds = score_judgements(Scorer(), prompts, "explore", batch=5)
     assert len(seen) == len(prompts) and all(r.prefix == JUDGEMENT and r.role == "explore" for r in seen)
-    assert p_yes[:3] == [pytest.approx(0.3), pytest.approx(0.3), pytest.approx(0.8)]
-    f = judgement_figures(prompts, p_yes)["all"]
+    assert odds[:3] == [pytest.approx(math.log(0.3 / 0.7)), pytest.approx(math.log(0.3 / 0.7)),
+                        pytest.approx(math.log(4.0))]
+    f = judgement_figures(prompts, odds)["all"]
     assert f["accuracy"]["mean"] == 1.0 and f["recall_yes"]["n"] == 12 and f["recall_no"]["n"] == 24
     assert f["confusion"] == {"gold_Yes_said_Yes": 12, "gold_Yes_said_No": 0, "gold_No_said_Yes": 0, "gold_No_said_No": 24}
     assert f["p_yes_when_gold_no"]["mean"] == pytest.approx(0.3) and f["balanced_accuracy"] == 1.0
+    # at a threshold above every gold-Yes prompt's log-odds the model says No everywhere
+    high = judgement_figures(prompts, odds, threshold=2.0)
+    assert high["threshold"] == 2.0 and high["all"]["recall_yes"]["mean"] == 0.0 and high["all"]["recall_no"]["mean"] == 1.0
 
 
 def test_exploration_confusion_counts_by_whether_the_graph_names_the_answer():

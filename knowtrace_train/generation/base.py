@@ -143,6 +143,29 @@ class OptionScorer(Protocol):
     ) -> list[OptionScores]: ...
 
 
+def score_each(scorer: OptionScorer, requests: Sequence[GenerationRequest], options: Sequence[Sequence[str]]
+               ) -> list[OptionScores | GenerationError]:
+    """`scorer.score_options(requests, options)` for a strategy that must not stop on one bad request: a
+    batch the scorer refuses (GenerationError) is scored request by request, and a request still refused
+    comes back as its GenerationError, in its place (as `generate_each` does for generation)."""
+    requests = list(requests)
+    if not requests:
+        return []
+    try:
+        return list(scorer.score_options(requests, options))
+    except GenerationError as e:
+        if len(requests) == 1:
+            return [e]
+        log.warning("option scoring batch of %d refused (%s); scoring each alone", len(requests), e)
+    out: list[OptionScores | GenerationError] = []
+    for r, o in zip(requests, options):
+        try:
+            out.append(scorer.score_options([r], [o])[0])
+        except GenerationError as one:
+            out.append(one)
+    return out
+
+
 class GeneratorBase(Generator):
     """What the backends share: `close()` runs the backend's `_release()` once, the generator is a
     context manager (`with build_generator(cfg) as g:` closes it on the way out, error or not), and

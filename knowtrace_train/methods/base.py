@@ -219,6 +219,16 @@ class Method:
     def with_seed(self, config: StrategyConfig, seed: int) -> StrategyConfig:
         return replace(config, seed=seed)
 
+    def decision_prompts(self, config: StrategyConfig, items: Sequence[QAItem]) -> list[Any]:
+        """Held-out gold prompts of the method's decisions over `items` (`decisions.DecisionPrompt`s, as
+        `config` renders them), from which self-training calibrates each trained model's decision thresholds.
+        [] (the default): the method decides by greedy decoding only."""
+        return []
+
+    def with_thresholds(self, config: StrategyConfig, thresholds: Mapping[str, float]) -> StrategyConfig:
+        """`config` deciding with `thresholds` ({decision kind: threshold on its log-odds}, as calibrated)."""
+        return config
+
 
 # -- the registry (knowtrace_train.methods registers the built-in methods at import) ------------------------
 

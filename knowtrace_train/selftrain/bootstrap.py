@@ -17,7 +17,8 @@ from typing import Any
 
 from knowtrace_train.config import config_to_dict
 from knowtrace_train.io import write_json
-from knowtrace_train.selftrain.models import ModelState, bootstrapped_m0, read_records, recorded_m0_path, run_relative
+from knowtrace_train.selftrain.models import (
+    ModelState, bootstrapped_m0, read_records, read_thresholds, recorded_m0_path, run_relative)
 from knowtrace_train.selftrain.reuse import link_tree, reused
 from knowtrace_train.stages import is_done
 
@@ -33,7 +34,9 @@ class Bootstrap:
 
     def m0_state(self, bootstrapped: bool) -> ModelState:
         """M0 as the loop runs it (the merged model, or the raw base)."""
-        return bootstrapped_m0(self.config, self.m0_path()) if bootstrapped else self.raw_base()
+        if not bootstrapped:
+            return self.raw_base()
+        return bootstrapped_m0(self.config, self.m0_path(), read_thresholds(self.run_dir / "iter_0"))
 
     def m0_path(self) -> Path:
         """The merged M0's folder: iter_0/model, or the reuse cache's folder that m0.json names."""
@@ -105,6 +108,7 @@ class Bootstrap:
         if not (Path(state.model) / "config.json").is_file():
             raise ValueError(f"M0 of this run, {state.model} (m0.json), is gone or incomplete (a cleared reuse "
                              f"cache?); remove {folder / 'DONE.merge'} and the train_* markers beside it to rebuild it")
+        state = self.calibrated(folder, state, cfg.strategy.seed)
 
         def finish(ev: dict[str, Any] | None) -> dict[str, Any]:
             m = {

@@ -60,7 +60,7 @@ class DataConfig:
     corpus: CorpusConfig = field(default_factory=CorpusConfig, metadata={"help": "the passages retrieved from"})
     train_questions: int | None = field(
         default=32,
-        metadata={"help": "D, rollout questions per iteration (None: the whole train split after the bootstrap's)"},
+        metadata={"help": "D, rollout questions per iteration (None: the whole train split after the bootstrap's and the calibration's)"},
     )
     dev_questions: int | None = field(
         default=24, metadata={"help": "dev questions evaluated after every stage that makes a model (None: all)"}
@@ -116,6 +116,22 @@ class BootstrapConfig:
             raise ValueError(f"bootstrap.mode must be one of {list(BOOTSTRAP_MODES)}, got {self.mode!r}")
         if self.questions < 1 or self.probe_questions < 1:
             raise ValueError("bootstrap.questions and bootstrap.probe_questions must be >= 1")
+
+
+@dataclass
+class CalibrationConfig:
+    """Each trained model's decisions (KnowTrace's sufficiency judgement) as thresholds on their log-odds, chosen
+    on held-out gold prompts: the gold trajectories of train questions that neither the bootstrap nor the
+    rollouts use (docs/decisions.md). Calibrated after the bootstrap and after every iteration that trains the
+    deciding role; written to iter_<z>/calibration.json."""
+
+    questions: int = field(default=32, metadata={"help": (
+        "train questions after the bootstrap's whose gold decision prompts calibrate each trained model's decision "
+        "thresholds; 0: decide by greedy decoding")})
+
+    def __post_init__(self) -> None:
+        if isinstance(self.questions, bool) or not isinstance(self.questions, int) or self.questions < 0:
+            raise ValueError(f"calibration.questions must be an integer >= 0, got {self.questions!r}")
 
 
 @dataclass
@@ -222,6 +238,8 @@ class SelfTrainConfig:
     bootstrap: BootstrapConfig = field(
         default_factory=BootstrapConfig, metadata={"help": "iteration 0: LoRA on gold trajectories, merged into M0"}
     )
+    calibration: CalibrationConfig = field(default_factory=CalibrationConfig, metadata={
+        "help": "each trained model's decision thresholds from held-out gold prompts (KnowTrace's judgement)"})
     rollout: RolloutConfig = field(
         default_factory=RolloutConfig, metadata={"help": "each iteration's rollouts: samples per question and their temperature"}
     )

@@ -58,6 +58,7 @@ from knowtrace_train.progress import library_bars_off
 from knowtrace_train.metrics import question_kind
 from knowtrace_train.selftrain.beside import Evaluations, beside_threads
 from knowtrace_train.selftrain.bootstrap import Bootstrap
+from knowtrace_train.selftrain.calibration import Calibration
 from knowtrace_train.selftrain.config import SelfTrainConfig, evaluates, learning_mode
 from knowtrace_train.selftrain.folder import check_same_config, run_config_text
 from knowtrace_train.selftrain.training import AdapterTraining
@@ -80,14 +81,17 @@ class Questions:
     dev: list[QAItem]
     #: every train and dev item (the corpus of "contexts" and the items backtracing looks up)
     all_items: list[QAItem]
+    #: held-out train questions whose gold decision prompts calibrate the trained models' thresholds
+    calibration: list[QAItem] = dataclasses.field(default_factory=list)
 
     def ids(self) -> dict[str, list[str]]:
-        return {k: [it.id for it in getattr(self, k)] for k in ("rollout", "bootstrap", "dev")}
+        return {k: [it.id for it in getattr(self, k)] for k in ("rollout", "bootstrap", "dev", "calibration")}
 
 
 def select_questions(config: SelfTrainConfig, bootstrap: bool) -> Questions:
     """Seeded shuffles of the train and dev splits: D is the first `train_questions` train questions,
-    the bootstrap's gold questions the next `bootstrap.questions`, dev the first `dev_questions`."""
+    the bootstrap's gold questions the next `bootstrap.questions`, the calibration's the next
+    `calibration.questions` (as many as are left), dev the first `dev_questions`."""
     from knowtrace_train.data.loaders import load_items
 
     d = config.data
@@ -96,23 +100,28 @@ def select_questions(config: SelfTrainConfig, bootstrap: bool) -> Questions:
     order = list(train)
     random.Random(d.seed).shuffle(order)
     n_boot = config.bootstrap.questions if bootstrap else 0
-    n_roll = d.train_questions if d.train_questions is not None else max(0, len(order) - n_boot)
+    n_cal = config.calibration.questions
+    n_roll = d.train_questions if d.train_questions is not None else max(0, len(order) - n_boot - n_cal)
     if n_roll > len(order):
         raise ValueError(f"data.train_questions is {n_roll} but {d.train} holds {len(order)} questions")
     rollout = order[:n_roll]
     boot = order[n_roll : n_roll + n_boot]
     if bootstrap and not boot:
         raise ValueError(f"{d.train}: no train question left for the bootstrap after {n_roll} rollout questions")
+    calibration = order[n_roll + n_boot : n_roll + n_boot + n_cal]
+    if len(calibration) < n_cal:
+        log.warning("calibration: %d of the %d questions asked are left in %s after the rollouts' and the "
+                    "bootstrap's", len(calibration), n_cal, d.train)
     dev_order = list(dev)
     random.Random(d.seed + 1).shuffle(dev_order)
     dev_sel = dev_order if d.dev_questions is None else dev_order[: d.dev_questions]
-    return Questions(rollout=rollout, bootstrap=boot, dev=dev_sel, all_items=train + dev)
+    return Questions(rollout=rollout, bootstrap=boot, dev=dev_sel, all_items=train + dev, calibration=calibration)
 
 
 # -- the run ----------------------------------------------------------------------------------------
 
 
-class SelfTrain(Bootstrap, Reuse, AdapterTraining, Evaluations):
+class SelfTrain(Bootstrap, Calibration, Reuse, AdapterTraining, Evaluations):
     """One self-training run in its folder. `run()` walks every stage, skipping the finished ones."""
 
     def __init__(
@@ -422,6 +431,7 @@ class SelfTrain(Bootstrap, Reuse, AdapterTraining, Evaluations):
         else:
             state = ModelState(name=f"M{z}", model=m0.model, adapters=adapters,
                                trained=m0.trained | frozenset(adapters))
+            state = self.calibrated(folder, state, seed)
         m = {
             "iteration": z,
             "model": state.name,

@@ -18,12 +18,28 @@ from knowtrace_train.selftrain.config import SelfTrainConfig, read_run_config
 class ModelState:
     """A model of the loop: weights (`model`, a folder or alias) and the adapter of each role.
     `trained` names the generator roles whose weights were trained (by the bootstrap or an adapter):
-    their prompts follow `fewshot_trained`; untrained roles keep the strategy's exemplars."""
+    their prompts follow `fewshot_trained`; untrained roles keep the strategy's exemplars. `thresholds`: its
+    decisions' thresholds as calibrated for it ({decision kind: threshold}; none: greedy decisions)."""
 
     name: str
     model: str
     adapters: Mapping[str, str] = field(default_factory=dict)
     trained: frozenset[str] = frozenset()
+    thresholds: Mapping[str, float] = field(default_factory=dict)
+
+
+#: a model's calibration (knowtrace_train.decisions.calibrate), in the folder of the stage that made the model
+CALIBRATION_FILE = "calibration.json"
+
+
+def read_thresholds(folder: Path) -> dict[str, float] | None:
+    """The decision thresholds calibrated in `folder` (iter_<z>/calibration.json); None where it was not calibrated."""
+    from knowtrace_train.decisions import thresholds_of
+
+    path = Path(folder) / CALIBRATION_FILE
+    if not path.is_file():
+        return None
+    return thresholds_of(json.loads(path.read_text(encoding="utf-8")).get("decisions"))
 
 
 def read_records(path: Path) -> list[dict[str, Any]]:
@@ -44,7 +60,8 @@ def generator_config(config: SelfTrainConfig, state: ModelState):
 def strategy_config(config: SelfTrainConfig, state: ModelState, seed: int) -> StrategyConfig:
     """The strategy settings `state` runs with (the method's prompts for trained roles) and `seed`."""
     method = get_method(config.strategy.name)
-    return method.with_seed(method.for_model(config.strategy, state.trained, config.fewshot_trained), seed)
+    strategy = method.with_seed(method.for_model(config.strategy, state.trained, config.fewshot_trained), seed)
+    return method.with_thresholds(strategy, state.thresholds) if state.thresholds else strategy
 
 
 def rollout_strategy_config(config: SelfTrainConfig, state: ModelState, seed: int) -> StrategyConfig:
@@ -109,15 +126,20 @@ def run_model(run_dir: str | Path, iteration: str | int) -> RunModel:
         if m.get("status") == "empty" or not adapters:
             state = dataclasses.replace(state, name=f"M{k}")
         else:
-            state = ModelState(name=f"M{k}", model=m0.model, adapters=adapters, trained=m0.trained | frozenset(adapters))
+            state = ModelState(name=f"M{k}", model=m0.model, adapters=adapters, trained=m0.trained | frozenset(adapters),
+                               thresholds=state.thresholds)
+        calibrated = read_thresholds(run_dir / f"iter_{k}")
+        if calibrated is not None:
+            state = dataclasses.replace(state, thresholds=calibrated)
     return RunModel(state, config.strategy.seed + z, config)
 
 
-def bootstrapped_m0(config: SelfTrainConfig, model: str | Path) -> ModelState:
+def bootstrapped_m0(config: SelfTrainConfig, model: str | Path, thresholds: Mapping[str, float] | None = None
+                    ) -> ModelState:
     """M0 after a bootstrap: the merged model at `model`, every generator role the method's records
-    train counted as trained (their prompts follow `fewshot_trained`)."""
+    train counted as trained (their prompts follow `fewshot_trained`), deciding with `thresholds`."""
     trained = frozenset(get_method(config.strategy.name).record_roles(config.strategy).values())
-    return ModelState(name="M0", model=str(model), trained=trained)
+    return ModelState(name="M0", model=str(model), trained=trained, thresholds=dict(thresholds or {}))
 
 
 def recorded_m0_path(run_dir: Path) -> Path | None:
@@ -134,7 +156,7 @@ def _m0_state(run_dir: Path, config: SelfTrainConfig, base: ModelState) -> Model
     if not (run_dir / "m0.json").is_file():
         raise ValueError(f"{run_dir / 'm0.json'}: the run has no M0 yet")
     path = recorded_m0_path(run_dir)
-    return base if path is None else bootstrapped_m0(config, path)
+    return base if path is None else bootstrapped_m0(config, path, read_thresholds(run_dir / "iter_0"))
 
 
 def run_relative(run_dir: Path, p: str | Path) -> str:

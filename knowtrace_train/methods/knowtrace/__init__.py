@@ -123,6 +123,26 @@ class KnowTraceMethod(Method):
         return {"rounds_per_question": MechanismStat(rounds, n, note),
                 "evidence_supported_em": MechanismStat(supported, n, note)}
 
+    def decision_prompts(self, config: KnowTraceConfig, items: Sequence[QAItem]) -> list:
+        """The sufficiency judgement's held-out gold prompts: per item with a gold chain of n hops, the n + 1
+        exploration prompts of its gold trajectory (No while a hop is missing, Yes once the chain is in the
+        graph), as `config` renders them (its exemplars, its graph format)."""
+        from knowtrace_train.decisions import DecisionPrompt
+        from knowtrace_train.methods.knowtrace.judgement import YES, gold_judgement_prompts
+        from knowtrace_train.methods.knowtrace.outputs import JUDGEMENT, SUFFICIENCY
+
+        if not config.prefill_judgement:
+            return []
+        prompts, _ = gold_judgement_prompts(items, fewshot=config.fewshot.explore, kg_format=config.kg_format)
+        return [DecisionPrompt(SUFFICIENCY, p.prompt, JUDGEMENT, config.roles.explore, (" Yes", " No"), p.label == YES,
+                               p.item_id, p.kind) for p in prompts]
+
+    def with_thresholds(self, config: KnowTraceConfig, thresholds) -> KnowTraceConfig:
+        from knowtrace_train.methods.knowtrace.outputs import SUFFICIENCY
+
+        t = thresholds.get(SUFFICIENCY)
+        return config if t is None else dataclasses.replace(config, judgement_threshold=float(t))
+
     def validate_for_training(self, config: KnowTraceConfig) -> None:
         roles = config.roles
         if roles.explore == roles.complete:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from knowtrace_train.methods.base import StrategyConfig
@@ -80,6 +81,14 @@ class KnowTraceConfig(StrategyConfig):
         default=True,
         metadata={"help": "start each exploration's answer with the judgement words, so the model only decides Yes/No"},
     )
+    judgement_threshold: float | None = field(
+        default=None,
+        metadata={"help": ("the sufficiency judgement as a calibrated decision: Yes where log P(' Yes') - log P(' No') "
+                           "after the judgement words exceeds this (scored before the exploration is written; with a "
+                           "temperature, Yes is drawn with probability sigmoid((log-odds - threshold) / temperature)); "
+                           "null: the greedy next token. Self-training sets it per trained model from held-out gold "
+                           "prompts (calibration.questions), docs/decisions.md")},
+    )
     forced_answer: bool = field(
         default=True,
         metadata={"help": "a question that stops without 'Yes' (no progress, L rounds, no usable guidance) gets one forced answer; false: Algorithm 1 as written"},
@@ -100,6 +109,13 @@ class KnowTraceConfig(StrategyConfig):
             raise ValueError(f"passages must be >= 1, got {self.passages}")
         if self.kg_format not in KG_FORMATS:
             raise ValueError(f"kg_format must be one of {list(KG_FORMATS)}, got {self.kg_format!r}")
+        if self.judgement_threshold is not None:
+            if isinstance(self.judgement_threshold, bool) or not isinstance(self.judgement_threshold, (int, float)) \
+                    or not math.isfinite(self.judgement_threshold):
+                raise ValueError(f"judgement_threshold must be a finite number or null, got {self.judgement_threshold!r}")
+            if not self.prefill_judgement:
+                raise ValueError("judgement_threshold needs prefill_judgement: true (the decision is scored after the "
+                                 "judgement words)")
         if self.max_pairs < 0:
             raise ValueError(f"max_pairs must be >= 0, got {self.max_pairs}")
         for name in ("explore", "complete", "answer", "kg_to_text"):

@@ -26,13 +26,17 @@ the run's time.
 from __future__ import annotations
 
 import logging
+import math
+import random
 import time
 from collections import deque
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from knowtrace_train.data.schema import Passage, QAItem
-from knowtrace_train.generation.base import Completion, GenerationRequest, Generator, generate_each, request_seed
+from knowtrace_train.decisions import option_log_odds
+from knowtrace_train.generation.base import (
+    Completion, GenerationError, GenerationRequest, Generator, OptionScorer, generate_each, request_seed, score_each)
 from knowtrace_train.kg import GuidancePair, TracedTriplet
 from knowtrace_train.methods.base import check_width
 from knowtrace_train.methods.hints import trajectory_id
@@ -82,6 +86,10 @@ class _Job:
     passages: tuple[Passage, ...] = ()
     #: text sent after the prompt as the start of the answer, recorded as part of the output
     prefill: str = ""
+    #: the judgement decided from the scores (`judgement_threshold`): fed after `prefill`, recorded as output
+    decided: str = ""
+    #: its log P(Yes) - log P(No)
+    log_odds: float | None = None
 
 
 class KnowTrace:
@@ -108,6 +116,9 @@ class KnowTrace:
         questions in flight at once (None: all of them)."""
         cfg = self.config
         check_width(width)
+        if cfg.judgement_threshold is not None and not isinstance(generator, OptionScorer):
+            raise GenerationError(f"strategy knowtrace with judgement_threshold needs a generator with score_options "
+                                  f"(knowtrace_train.generation.base.OptionScorer); {type(generator).__name__} has none")
         states = [
             _State(
                 item=it,
@@ -149,6 +160,8 @@ class KnowTrace:
         # 1. Knowledge exploration, one batch.
         prefill = JUDGEMENT if cfg.prefill_judgement else ""
         jobs = [_Job(s, EXPLORE, s.round, self._exploration_prompt(s), prefill=prefill) for s in active]
+        if cfg.judgement_threshold is not None:
+            batch_time += self._decide(jobs)
         calls, dt = self._generate(jobs)
         batch_time += dt
         to_complete: list[tuple[_State, GuidancePair, int]] = []
@@ -160,6 +173,9 @@ class KnowTrace:
             if res is not None:
                 call.parsed = res.to_dict()
                 call.error = res.error
+                if job.log_odds is not None:
+                    call.parsed["judgement_log_odds"] = round(job.log_odds, 4)
+                    call.parsed["judgement_threshold"] = cfg.judgement_threshold
             if res is not None and res.answered:
                 self._conclude(s, res, "answered")
                 continue
@@ -295,6 +311,33 @@ class KnowTrace:
         if self._on_done is not None:
             self._on_done(s.traj)
 
+    def _decide(self, jobs: list[_Job]) -> float:
+        """The sufficiency judgement of each exploration as a calibrated decision: P(" Yes") and P(" No") after
+        the judgement words (one batched scoring, no decoding), Yes where the log-odds exceed
+        `judgement_threshold` (sampled at the strategy's temperature from sigmoid((log-odds - threshold) / T),
+        on the call's own seeded stream). The chosen word is fed after the judgement words and recorded as the
+        model's output: training puts its loss on it, as on any generated token. A request the scorer refuses
+        is left to greedy decoding. Returns the seconds, shared among the jobs' questions."""
+        cfg = self.config
+        requests = [GenerationRequest(prompt=j.prompt, prefix=j.prefill, role=cfg.roles.explore, max_new_tokens=1)
+                    for j in jobs]
+        t0 = time.perf_counter()
+        scores = score_each(self._generator, requests, [[" Yes", " No"]] * len(jobs))
+        dt = time.perf_counter() - t0
+        for j, sc in zip(jobs, scores):
+            j.state.traj.wall_time += dt / len(jobs)
+            d = option_log_odds(sc, (" Yes", " No"))
+            if math.isnan(d):
+                continue
+            margin = d - cfg.judgement_threshold
+            if cfg.temperature > 0:
+                u = random.Random(request_seed(cfg.seed, j.state.traj.id, len(j.state.traj.calls), "judgement")).random()
+                yes = u < 1.0 / (1.0 + math.exp(-max(-50.0, min(50.0, margin / cfg.temperature))))
+            else:
+                yes = margin > 0
+            j.decided, j.log_odds = (" Yes" if yes else " No"), d
+        return dt
+
     def _generate(self, jobs: list[_Job]) -> tuple[list[ModelCall], float]:
         """One batched generate() for `jobs`; record a ModelCall on each job's trajectory.
         A batch the generator refuses (GenerationError) is retried call by call, and a call
@@ -312,7 +355,7 @@ class KnowTrace:
         requests = [
             GenerationRequest(
                 prompt=j.prompt,
-                prefix=j.prefill,
+                prefix=j.prefill + j.decided,
                 role=getattr(cfg.roles, j.kind),
                 max_new_tokens=getattr(cfg.max_new_tokens, j.kind),
                 stop=EXPLORE_STOP if j.kind in (EXPLORE, ANSWER) else COMPLETE_STOP if j.kind == COMPLETE else KG_TO_TEXT_STOP,
@@ -329,15 +372,17 @@ class KnowTrace:
         calls = []
         for job, res, w in zip(jobs, results, weights):
             traj = job.state.traj
+            decided_tokens = self._generator.count_tokens(job.decided) if job.decided else 0
             traj.wall_time += dt * w / total
             call = ModelCall(
                 index=len(traj.calls),
                 role=job.kind,
                 round=job.round,
                 prompt=job.prompt,
-                output=job.prefill + res.text if isinstance(res, Completion) else "",
-                prompt_tokens=res.prompt_tokens if isinstance(res, Completion) else 0,
-                output_tokens=res.output_tokens if isinstance(res, Completion) else 0,
+                output=job.prefill + job.decided + res.text if isinstance(res, Completion) else "",
+                # the decided word is fed, not decoded: its tokens are counted among the output's
+                prompt_tokens=res.prompt_tokens - decided_tokens if isinstance(res, Completion) else 0,
+                output_tokens=res.output_tokens + decided_tokens if isinstance(res, Completion) else 0,
                 finish_reason=res.finish_reason if isinstance(res, Completion) else "error",
                 error=None if isinstance(res, Completion) else f"generation error: {res}",
                 pair=job.pair,

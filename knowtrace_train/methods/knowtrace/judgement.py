@@ -3,8 +3,8 @@ exploration: "No" while a hop is missing, "Yes" once the chain is in the graph) 
 explorations (whether the graph it holds there already names the gold answer).
 
 `gold_judgement_prompts` gives the held-out prompts with their labels; `score_judgements` reads the model's
-P(" Yes") against P(" No") after the judgement words (one prefill a prompt, `OptionScorer`), and its greedy
-decision; `judgement_figures` the accuracy, each label's recall and the mean P(Yes), each with its interval.
+log P(" Yes") - log P(" No") after the judgement words (one prefill a prompt, `OptionScorer`); `judgement_figures`
+the decision at a threshold (0: greedy): the accuracy, each label's recall and the mean P(Yes), each with its interval.
 `exploration_confusion` counts a run's explorations by (the graph holds the answer, the model said Yes).
 """
 
@@ -19,7 +19,7 @@ from knowtrace_train.data.schema import QAItem
 from knowtrace_train.generation.base import GenerationRequest
 from knowtrace_train.methods.gold_chain import checked_chain
 from knowtrace_train.methods.knowtrace.config import EXPLORE
-from knowtrace_train.methods.knowtrace.outputs import JUDGEMENT
+from knowtrace_train.methods.knowtrace.outputs import JUDGEMENT, SUFFICIENCY
 from knowtrace_train.metrics import bootstrap_interval, normalize_answer, question_kind
 from knowtrace_train.trajectory import ModelCall, Trajectory
 
@@ -60,21 +60,21 @@ def gold_judgement_prompts(items: Iterable[QAItem], *, fewshot: bool = True, kg_
 
 def score_judgements(scorer, prompts: Sequence[JudgementPrompt], role: str, prefill_judgement: bool = True,
                      batch: int = 32) -> list[float]:
-    """P(" Yes") / (P(" Yes") + P(" No")) of each prompt after the judgement words (fed as the engine feeds them
+    """log P(" Yes") - log P(" No") of each prompt after the judgement words (fed as the engine feeds them
     where `prefill_judgement`, else after the prompt with the words as the prefix all the same: the decision is
-    the token after them), through `scorer.score_options` under `role`'s adapter."""
-    out: list[float] = []
-    for lo in range(0, len(prompts), batch):
-        part = prompts[lo : lo + batch]
-        requests = [GenerationRequest(prompt=p.prompt, prefix=JUDGEMENT, role=role, max_new_tokens=1) for p in part]
-        for s in scorer.score_options(requests, [[" " + YES, " " + NO]] * len(part)):
-            y, n = s.logprobs.get(" " + YES), s.logprobs.get(" " + NO)
-            if y is None or n is None:
-                out.append(float("nan"))
-                continue
-            m = max(y, n)
-            out.append(math.exp(y - m) / (math.exp(y - m) + math.exp(n - m)))
-    return out
+    the token after them), through `scorer.score_options` under `role`'s adapter (`decisions.score_decisions`;
+    NaN where unscored). `p_yes` turns them into P(Yes) of the two."""
+    from knowtrace_train.decisions import DecisionPrompt, score_decisions
+
+    return score_decisions(scorer, [DecisionPrompt(SUFFICIENCY, p.prompt, JUDGEMENT, role, (" " + YES, " " + NO),
+                                                   p.label == YES, p.item_id, p.kind) for p in prompts], batch)
+
+
+def p_yes(log_odds: float) -> float:
+    """P(Yes) / (P(Yes) + P(No)) of a log-odds (NaN stays NaN)."""
+    if math.isnan(log_odds):
+        return log_odds
+    return 1.0 / (1.0 + math.exp(-max(-700.0, min(700.0, log_odds))))
 
 
 def _iv(values: Sequence[float]) -> dict[str, Any]:
@@ -84,14 +84,17 @@ def _iv(values: Sequence[float]) -> dict[str, Any]:
     return {"mean": iv.mean, "low": iv.low, "high": iv.high, "n": iv.n}
 
 
-def judgement_figures(prompts: Sequence[JudgementPrompt], p_yes: Sequence[float]) -> dict[str, Any]:
-    """The greedy judgement (Yes where P(Yes) > 0.5 of the two) against the gold labels: accuracy, the recall of
+def judgement_figures(prompts: Sequence[JudgementPrompt], log_odds: Sequence[float],
+                      threshold: float | None = None) -> dict[str, Any]:
+    """The judgement (Yes where the log-odds exceed `threshold`; None: 0, the greedy choice of the two) against the
+    gold labels: accuracy, the recall of
     each label (Yes said where the gold says Yes; No where No), the balanced accuracy, the confusion counts and
     the mean P(Yes) per label, each mean with its 95% bootstrap interval over the prompts; and the same for the
     bridge questions alone."""
 
     def figures(pairs: list[tuple[JudgementPrompt, float]]) -> dict[str, Any]:
-        said = [(p.label, YES if q > 0.5 else NO, q) for p, q in pairs if not math.isnan(q)]
+        t = 0.0 if threshold is None else threshold
+        said = [(p.label, YES if d > t else NO, p_yes(d)) for p, d in pairs if not math.isnan(d)]
         right = [float(g == s) for g, s, _ in said]
         yes = [float(s == YES) for g, s, _ in said if g == YES]
         no = [float(s == NO) for g, s, _ in said if g == NO]
@@ -107,8 +110,9 @@ def judgement_figures(prompts: Sequence[JudgementPrompt], p_yes: Sequence[float]
             "p_yes_when_gold_no": _iv([q for g, _, q in said if g == NO]),
         }
 
-    pairs = list(zip(prompts, p_yes))
-    return {"all": figures(pairs), "bridge": figures([(p, q) for p, q in pairs if p.kind == "bridge"])}
+    pairs = list(zip(prompts, log_odds))
+    return {"threshold": threshold, "all": figures(pairs),
+            "bridge": figures([(p, q) for p, q in pairs if p.kind == "bridge"])}
 
 
 def graph_names_answer(traj: Trajectory, call: ModelCall) -> bool:

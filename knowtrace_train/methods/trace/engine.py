@@ -17,7 +17,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from knowtrace_train.data.schema import Passage, QAItem
-from knowtrace_train.generation.base import Completion, GenerationError, GenerationRequest, Generator, OptionScorer, OptionScores
+from knowtrace_train.generation.base import Completion, GenerationError, GenerationRequest, Generator, OptionScorer, OptionScores, score_each
 from knowtrace_train.kg import KnowledgeGraph, TracedTriplet, Triplet
 from knowtrace_train.methods.hints import trajectory_id
 from knowtrace_train.methods.trace.chains import Chain, Pending, beam_search, option_probabilities, ranker_fallback
@@ -249,19 +249,7 @@ class Trace:
 
     @staticmethod
     def _score_uncached(generator, requests, letters) -> list:
-        if not requests:
-            return []
-        try:
-            return generator.score_options(requests, letters)
-        except GenerationError as e:
-            log.warning("trace selector: batch failed (%s); scoring each alone", e)
-        out = []
-        for r, o in zip(requests, letters):
-            try:
-                out.append(generator.score_options([r], [o])[0])
-            except GenerationError as one:
-                out.append(one)
-        return out
+        return score_each(generator, requests, letters)
 
     def _read(self, qs: list[_Question], chains: list[list[Chain]], generator: Generator) -> None:
         c = self.config

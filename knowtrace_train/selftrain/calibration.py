@@ -1,0 +1,77 @@
+"""Each trained model's decisions calibrated: the threshold on a decision's log-odds (KnowTrace's sufficiency
+judgement: log P(" Yes") - log P(" No") after the judgement words) that tells held-out gold prompts apart best.
+
+The prompts are the method's (`Method.decision_prompts`) over `calibration.questions` train questions that neither
+the bootstrap nor the rollouts use, rendered as the model runs them. The stage "calibrate" runs after the bootstrap's
+merge (M0) and after every iteration that trained an adapter, before the model's evaluation and the next rollouts,
+and writes iter_<z>/calibration.json: per decision kind the threshold chosen, its balanced accuracy and recalls on
+those prompts and the greedy decision's beside them (`knowtrace_train.decisions.choose_threshold`). A model
+deciding with thresholds is a ModelState with `thresholds`; the strategy settings it runs with carry them (and so
+do the reuse cache's keys). A mixin of SelfTrain.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from pathlib import Path
+from typing import Any, Callable
+
+from knowtrace_train.io import write_json
+from knowtrace_train.selftrain.models import CALIBRATION_FILE, ModelState, read_thresholds
+
+log = logging.getLogger(__name__)
+
+
+class Calibration:
+    """The "calibrate" stage of SelfTrain."""
+
+    def calibrated(self, folder: Path, state: ModelState, seed: int) -> ModelState:
+        """`state` deciding with the thresholds calibrated for it in `folder` (computed there once); `state` as it
+        is where the run holds no calibration question or the method no decision prompt."""
+        items = self.questions.calibration
+        if not items:
+            return state
+        plain = dataclasses.replace(state, thresholds={})
+        prompts = self.method.decision_prompts(self.strategy_config(plain, seed), items)
+        if not prompts:
+            return state
+        self.stages.run(folder, "calibrate", lambda: self._calibrate(folder, plain, prompts, len(items)))
+        return dataclasses.replace(state, thresholds=read_thresholds(folder) or {})
+
+    def _calibrate(self, folder: Path, state: ModelState, prompts, questions: int) -> dict[str, Any]:
+        info: dict[str, Any] = {}
+        if self.procs.is_main:
+            info = calibrate_model(lambda: self.build_generator(state), prompts, folder, state.name, questions)
+        return self.procs.broadcast(info)
+
+
+def calibrate_model(make_generator: Callable[[], Any], prompts, folder: Path, name: str, questions: int
+                    ) -> dict[str, Any]:
+    """Calibrate the model `make_generator` builds on `prompts` (`decisions.DecisionPrompt`s of `questions`
+    held-out questions), write `folder`/calibration.json and log what was chosen; returns {"thresholds",
+    "prompts"}. A generator that scores no options leaves every decision greedy (said in the file)."""
+    from knowtrace_train.decisions import calibrate, thresholds_of
+    from knowtrace_train.generation.base import OptionScorer
+
+    generator = make_generator()
+    try:
+        if isinstance(generator, OptionScorer):
+            decisions = calibrate(generator, prompts)
+        else:
+            why = f"the generator ({type(generator).__name__}) scores no options"
+            decisions = {p.kind: {"threshold": None, "why": why} for p in prompts}
+    finally:
+        close = getattr(generator, "close", None)
+        if callable(close):
+            close()
+    write_json(Path(folder) / CALIBRATION_FILE, {"model": name, "questions": questions, "prompts": len(prompts),
+                                                 "decisions": decisions})
+    for kind, c in decisions.items():
+        if c.get("threshold") is None:
+            log.warning("%s: %s is not calibrated (%s); it decides greedily", name, kind, c.get("why"))
+        else:
+            log.info("%s: %s threshold %.3f on %d held-out gold prompts: balanced accuracy %.3f (Yes %.2f, No %.2f; "
+                     "greedy %.3f)", name, kind, c["threshold"], c["prompts"], c["balanced_accuracy"], c["recall_yes"],
+                     c["recall_no"], c["greedy"]["balanced_accuracy"])
+    return {"thresholds": thresholds_of(decisions), "prompts": len(prompts)}

@@ -1,0 +1,228 @@
+"""Decisions as calibrated thresholds: the threshold chosen on held-out gold prompts, KnowTrace's engine deciding by
+it (scored before the exploration is written), and self-training calibrating each trained model."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from knowtrace_train.data.schema import QAItem
+from knowtrace_train.decisions import DecisionPrompt, calibrate, choose_threshold, option_log_odds, thresholds_of
+from knowtrace_train.generation.base import GenerationError, OptionScores
+from knowtrace_train.methods.knowtrace import KnowTrace, KnowTraceConfig
+from knowtrace_train.methods.knowtrace.outputs import JUDGEMENT, judgement_span
+from test_knowtrace import F_COMPLETE, F_PASSAGES, F_QUESTION, ScriptedGenerator, WordRetriever, prompt_parts
+
+
+# -- the threshold ---------------------------------------------------------------------------------------
+
+def test_the_threshold_separates_the_labels_where_greedy_decoding_would_say_no_everywhere():
+    # every log-odds below 0 (greedy: No everywhere), but the Yes prompts score higher
+    yes, no = [-0.4, -0.6, -0.5, -1.5], [-1.0, -1.2, -2.0, -1.9, -1.1, -0.7]
+    c = choose_threshold(yes + no, [True] * 4 + [False] * 6)
+    assert c["greedy"] == {"balanced_accuracy": 0.5, "recall_yes": 0.0, "recall_no": 1.0}
+    assert -0.7 < c["threshold"] < -0.6  # halfway between the last No above and the Yes below it
+    assert (c["recall_yes"], c["recall_no"]) == (0.75, 1.0) and c["balanced_accuracy"] == 0.875
+    assert (c["positives"], c["negatives"], c["unscored"]) == (4, 6, 0)
+
+
+def test_among_equal_thresholds_the_one_nearest_the_greedy_point_wins_and_nan_is_left_out():
+    # perfectly separated at any cut between 1 and 3: the nearest to 0 is 1's side (the midpoint 2.0 of the gap)
+    c = choose_threshold([3.0, 4.0, 1.0, math.nan, 0.5], [True, True, False, True, False])
+    assert c["threshold"] == 2.0 and c["balanced_accuracy"] == 1.0 and c["unscored"] == 1
+    # separated around 0: 0 itself is a candidate and is kept
+    assert choose_threshold([1.0, -1.0], [True, False])["threshold"] == 0.0
+
+
+def test_one_label_only_cannot_be_calibrated():
+    assert choose_threshold([1.0, 2.0], [False, False]) is None
+    assert choose_threshold([math.nan], [True]) is None
+    assert thresholds_of({"a": {"threshold": None}, "b": {"threshold": -0.5}}) == {"b": -0.5}
+
+
+def test_option_log_odds_counts_a_missing_option_as_impossible():
+    s = OptionScores({" Yes": math.log(0.2), " No": None}, prompt_tokens=1)
+    assert option_log_odds(s, (" Yes", " No")) == math.inf
+    assert math.isnan(option_log_odds(OptionScores({" Yes": None, " No": None}, 1), (" Yes", " No")))
+    assert math.isnan(option_log_odds(GenerationError("refused"), (" Yes", " No")))
+
+
+def test_calibrate_scores_each_prompt_after_its_prefix_under_its_role():
+    seen = []
+
+    class Scorer:
+        def score_options(self, requests, options):
+            seen.extend((r.prompt, r.prefix, r.role, tuple(o)) for r, o in zip(requests, options))
+            return [OptionScores({" Yes": -0.5 if "answer here" in r.prompt else -2.0, " No": -1.0}, 1) for r in requests]
+
+    prompts = [DecisionPrompt("sufficiency", f"q{i} {'answer here' if i % 3 == 0 else ''}", JUDGEMENT, "explore",
+                              (" Yes", " No"), i % 3 == 0) for i in range(9)]
+    out = calibrate(Scorer(), prompts)
+    assert set(out) == {"sufficiency"} and out["sufficiency"]["prompts"] == 9
+    assert out["sufficiency"]["balanced_accuracy"] == 1.0 and out["sufficiency"]["threshold"] == 0.0
+    assert all(p == JUDGEMENT and r == "explore" and o == (" Yes", " No") for _, p, r, o in seen)
+
+
+# -- the engine deciding by it ----------------------------------------------------------------------------
+
+ITEM = QAItem(id="f", question=F_QUESTION, answers=["University of Glasgow"], dataset="test")
+GUIDANCE = {0: "\nRetrieval Guidance:\n- The rioting being a dividing factor in Birmingham: Find out who wrote about this topic."}
+GUIDANCE.update({n: "\nRetrieval Guidance:\n- James Watt: Find out which school James Watt attended." for n in range(1, 9)})
+THOUGHT = "\nThought: James Watt was educated at the University of Glasgow.\nAnswer: University of Glasgow"
+
+
+class Deciding(ScriptedGenerator):
+    """Appendix F's world; log-odds of Yes: -3 on an empty graph, -0.5 on one without the answer, 0.5 once the
+    graph names it; writes on after the decided word."""
+
+    def __init__(self):
+        super().__init__(self.respond_)
+        self.scored = []
+
+    def score_options(self, requests, options):
+        out = []
+        for r, o in zip(requests, options):
+            assert r.prefix == JUDGEMENT and list(o) == [" Yes", " No"] and r.role == "explore"
+            kg = prompt_parts(r.prompt)["kg"]
+            odds = 0.5 if any("University of Glasgow" in t for t in kg) else -0.5 if kg else -3.0
+            self.scored.append(odds)
+            out.append(OptionScores({" Yes": odds, " No": 0.0}, prompt_tokens=1))
+        return out
+
+    @staticmethod
+    def respond_(parts, req):
+        if parts["kind"] == "complete":
+            return F_COMPLETE[parts["pair"][0]]
+        if parts["kind"] == "answer":  # the forced answer, after "Yes\nThought:"
+            return THOUGHT.split("Thought:", 1)[1]
+        if req.prefix.endswith(" Yes"):
+            return THOUGHT
+        if req.prefix.endswith(" No"):
+            return GUIDANCE[len(prompt_parts(req.prompt)["kg"])]
+        raise AssertionError(f"an exploration generated without a decided judgement: {req.prefix!r}")
+
+
+@pytest.mark.parametrize("threshold, rounds, said", [
+    (0.0, 3, [False, False, True]),     # Yes once the graph names the answer: the trajectory of Appendix F
+    (-1.0, 2, [False, True]),           # a lower threshold: Yes already on the first hop's graph (premature)
+    (5.0, 3, [False, False, False]),    # above every score: No until max_rounds, then the forced answer
+])
+def test_the_engine_decides_by_the_log_odds_and_the_threshold(threshold, rounds, said):
+    gen = Deciding()
+    cfg = KnowTraceConfig(passages=2, max_rounds=3, judgement_threshold=threshold)
+    [t] = KnowTrace(cfg).run([ITEM], gen, WordRetriever(F_PASSAGES))
+    explores = [c for c in t.calls if c.role == "explore"]
+    assert [c.parsed["sufficient"] for c in explores] == said and t.rounds == rounds
+    for c in explores:
+        word = " Yes" if c.parsed["sufficient"] else " No"
+        # the judgement words are fed (prefix), the decided word is the model's output: trained, counted
+        assert c.prefix == JUDGEMENT and c.output.startswith(JUDGEMENT + word)
+        label, start, end = judgement_span(c.prefix, c.output[len(c.prefix):])
+        assert label == word.strip() and c.output[len(c.prefix):][start:end] == word
+        assert c.parsed["judgement_threshold"] == threshold and math.isfinite(c.parsed["judgement_log_odds"])
+        assert c.output_tokens == len(c.output[len(c.prefix):].split())
+    assert t.stop_reason == ("answered" if said[-1] else "no_progress")  # the third round repeats the second
+    assert t.prediction == "University of Glasgow" or not said[-1]
+
+
+def test_greedy_decoding_is_kept_where_no_threshold_is_set_and_a_generator_without_scores_is_refused():
+    class NoScores(ScriptedGenerator):
+        pass
+
+    gen = NoScores(lambda parts, req: THOUGHT.lstrip("\n").join(["Yes\n", ""]) if parts["kind"] == "explore" else "")
+    [t] = KnowTrace(KnowTraceConfig(passages=2)).run([ITEM], gen, WordRetriever(F_PASSAGES))
+    assert t.calls[0].parsed.get("judgement_log_odds") is None
+    with pytest.raises(GenerationError, match="score_options"):
+        KnowTrace(KnowTraceConfig(judgement_threshold=0.0)).run([ITEM], NoScores(lambda p, r: ""), WordRetriever(F_PASSAGES))
+
+
+def test_a_sampled_decision_follows_its_probability_and_its_seed():
+    gen = Deciding()
+    items = [QAItem(id=f"f{i}", question=F_QUESTION, answers=["University of Glasgow"], dataset="test")
+             for i in range(60)]
+    # at 3 triplets the log-odds are -0.5: at threshold -0.5 and temperature 1, Yes with probability 1/2
+    cfg = KnowTraceConfig(passages=2, max_rounds=2, judgement_threshold=-0.5, temperature=1.0)
+    runs = [KnowTrace(cfg).run(items, Deciding(), WordRetriever(F_PASSAGES)) for _ in range(2)]
+    said = [[c.parsed["sufficient"] for t in ts for c in t.calls if c.role == "explore" and c.round == 2] for ts in runs]
+    assert said[0] == said[1]  # the same seeds, the same draws
+    assert 15 <= sum(said[0]) <= 45
+    del gen
+
+
+# -- self-training calibrates every trained model ---------------------------------------------------------
+
+class ScoringOracle:
+    """The tests' oracle (gold outputs for gold prompts) that also scores options: on a gold exploration prompt it
+    favours the gold judgement by 5 nats, elsewhere (the calibration's held-out prompts) the tiny model scores."""
+
+    def __init__(self, oracle):
+        self.oracle = oracle
+
+    def generate(self, requests):
+        return self.oracle.generate(requests)
+
+    def score_options(self, requests, options):
+        out = self.oracle.inner.score_options(requests, options)
+        for i, r in enumerate(requests):
+            gold = self.oracle.answers.get(r.prompt)
+            if gold is not None and gold.startswith(r.prefix + " "):
+                yes = gold[len(r.prefix):].startswith(" Yes")
+                out[i] = OptionScores({" Yes": 0.0 if yes else -5.0, " No": -5.0 if yes else 0.0}, out[i].prompt_tokens)
+        return out
+
+    def count_tokens(self, text):
+        return self.oracle.count_tokens(text)
+
+    def close(self):
+        self.oracle.close()
+
+
+def test_self_training_calibrates_m0_and_each_trained_iteration_and_evaluates_with_it(tmp_path, tiny_model_dir):
+    from knowtrace_train.config import load_config
+    from knowtrace_train.selftrain import SelfTrain, SelfTrainConfig
+    from knowtrace_train.selftrain.models import run_model
+    from knowtrace_train.trajectory import read_trajectories
+    from selftrain_helpers import oracle_factory, tiny_overrides
+
+    cfg = load_config(SelfTrainConfig, None, tiny_overrides(tmp_path, tiny_model_dir, iterations=1, eval_base=False,
+                                                            **{"calibration.questions": 5}))
+    run = SelfTrain(cfg, progress=False)
+    oracle = oracle_factory(run)
+    run.make_generator = lambda gen_cfg: ScoringOracle(oracle(gen_cfg))
+    run.run()
+    d = run.run_dir
+    ids = json.loads((d / "questions.json").read_text())
+    assert len(ids["calibration"]) == 5 and not set(ids["calibration"]) & set(ids["rollout"] + ids["bootstrap"])
+    thresholds = {}
+    for z in (0, 1):
+        cal = json.loads((d / f"iter_{z}" / "calibration.json").read_text())
+        s = cal["decisions"]["sufficiency"]
+        assert cal["questions"] == 5 and s["prompts"] == cal["prompts"] > 5 and s["positives"] + s["negatives"] == s["prompts"]
+        assert isinstance(s["threshold"], float) and -5.0 < s["threshold"] < 5.0 and (d / f"iter_{z}" / "DONE.calibrate").is_file()
+        thresholds[z] = s["threshold"]
+        # the model's evaluation decided every exploration by that threshold
+        explores = [c for t in read_trajectories(d / f"iter_{z}" / "eval.jsonl") for c in t.calls
+                    if c.role == "explore" and c.parsed]
+        assert explores and all(c.parsed["judgement_threshold"] == s["threshold"] for c in explores)
+        assert run_model(d, z).strategy.judgement_threshold == s["threshold"]
+    # iteration 1's rollouts ran M0 with M0's threshold
+    rolled = [c for t in read_trajectories(d / "iter_1" / "rollouts.jsonl") for c in t.calls if c.role == "explore" and c.parsed]
+    assert rolled and all(c.parsed["judgement_threshold"] == thresholds[0] for c in rolled)
+    assert run_model(d, "base").strategy.judgement_threshold is None
+
+
+def test_no_calibration_questions_keep_greedy_decisions(tmp_path, tiny_model_dir):
+    from knowtrace_train.config import load_config
+    from knowtrace_train.selftrain import SelfTrain, SelfTrainConfig
+    from knowtrace_train.trajectory import read_trajectories
+    from selftrain_helpers import tiny_overrides
+
+    cfg = load_config(SelfTrainConfig, None, tiny_overrides(tmp_path, tiny_model_dir, iterations=0, eval_base=False,
+                                                            **{"calibration.questions": 0}))
+    run = SelfTrain(cfg, progress=False)
+    run.run()
+    assert not (run.run_dir / "iter_0" / "calibration.json").exists()
+    explores = [c for t in read_trajectories(run.run_dir / "iter_0" / "eval.jsonl") for c in t.calls if c.role == "explore"]
+    assert explores and not any((c.parsed or {}).get("judgement_log_odds") is not None for c in explores)
