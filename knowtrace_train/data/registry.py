@@ -65,7 +65,7 @@ class Entry:
     sources: tuple[Source, ...]  # the first is the default; `fetch --source KIND` picks another
     licence: str
     keeps: str  # what its reader keeps
-    size: str = ""
+    size: str = ""  # the published counts; bytes and SHA-256 are pinned at first fetch
     unavailable: str = ""  # why there is no source (the name is known, but cannot be fetched)
 
     def source(self, kind: str | None = None) -> Source:
@@ -105,7 +105,7 @@ REGISTRY: dict[str, Entry] = {e.name: e for e in (
                 why="the official JSON arrays (the format today's loader reads)",
             ),
         ),
-        licence="CC BY-SA 4.0", keeps=_QA_KEEPS, size="~0.6 GB (train 90,447; dev 7,405; fullwiki dev 7,405)",
+        licence="CC BY-SA 4.0", keeps=_QA_KEEPS, size="train 90,447; dev 7,405; fullwiki dev 7,405 questions",
     ),
     Entry(
         "2wikimultihopqa", "qa",
@@ -117,7 +117,7 @@ REGISTRY: dict[str, Entry] = {e.name: e for e in (
             why="the authors' release (with evidences_id/answer_id): the only one known to keep the evidence "
                 "triples the gold bootstrap reads; hub copies rename or drop fields",
         ),),
-        licence="Apache-2.0", keeps=_QA_KEEPS + "; evidence triples", size="~0.6 GB zip (train 167,454; dev 12,576)",
+        licence="Apache-2.0", keeps=_QA_KEEPS + "; evidence triples", size="train 167,454; dev 12,576 questions",
     ),
     Entry(
         "musique", "qa",
@@ -131,7 +131,7 @@ REGISTRY: dict[str, Entry] = {e.name: e for e in (
                 "paragraphs the gold bootstrap reads; FlashRAG's copy keeps them only in metadata",
         ),),
         licence="CC BY 4.0", keeps="question, answer and aliases; 20 paragraphs; decomposition steps with their "
-        "supporting paragraphs", size="~0.3 GB zip (answerable: train 19,938; dev 2,417)",
+        "supporting paragraphs", size="answerable: train 19,938; dev 2,417 questions",
     ),
     Entry(
         "mintqa", "qa", (), licence="-", keeps="-",
@@ -147,8 +147,8 @@ REGISTRY: dict[str, Entry] = {e.name: e for e in (
                               "enwiki-20171001-pages-meta-current-withlinks-abstracts.tar.bz2"),),
             why="HotpotQA's own corpus (the first paragraph of every article, 2017-10-01), as IRCoT indexes it",
         ),),
-        licence="CC BY-SA 3.0", keeps="one passage per article with text: title, the abstract's sentences joined",
-        size="~1.5 GB tar.bz2 (5,233,329 passages)",
+        licence="CC BY-SA (Wikipedia)", keeps="one passage per article with text: title, the abstract's sentences joined",
+        size="5,233,329 passages",
     ),
     Entry(
         "wiki2018-dpr", "corpus",
@@ -158,7 +158,7 @@ REGISTRY: dict[str, Entry] = {e.name: e for e in (
             why="DPR's 100-word passages of the 2018-12-20 dump, the corpus 2Wiki's and MuSiQue's open-domain "
                 "runs use (FlashRAG's wiki18_100w is the same text as {id, contents})",
         ),),
-        licence="CC BY-SA 3.0", keeps="id order, title, text of every passage", size="~4.4 GB tsv.gz (21,015,324 passages)",
+        licence="CC BY-SA (Wikipedia)", keeps="title and text of every 100-word passage (content ids; a repeated passage once)", size="21,015,324 passages",
     ),
 )}
 
