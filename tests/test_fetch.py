@@ -322,3 +322,25 @@ def test_real_samples_read_alike_through_the_fetched_formats(shared_data, tmp_pa
     assert len(load_items("hotpotqa:dev")) == 100
     assert load_items("2wikimultihopqa:dev") == load_items(shared_data / "2wikimultihopqa" / "dev.json")
     assert load_items("musique:dev") == load_items(shared_data / "musique" / "dev.jsonl")
+
+
+def test_stats_verify_and_the_report_read_a_fetched_split(server, cache, tmp_path, capsys):
+    folder, _ = fetch("musique", log=_say)
+    assert data_main(["stats", "musique:dev"]) == 0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["by_dataset"] == {"musique": 1}
+    assert data_main(["fetch", "musique", "--verify"]) == 0
+    (folder / "musique_ans_v1.0_dev.jsonl").write_text(jsonl([MUSIQUE_DEV]) + "\n")  # changed after the fetch
+    with pytest.raises(FetchError, match="missing or not the .* bytes fetched: run python -m knowtrace_train.data fetch --verify musique"):
+        load_items("musique:dev")
+    assert data_main(["fetch", "musique", "--verify"]) == 2
+    assert "musique_ans_v1.0_dev.jsonl: checksum mismatch" in capsys.readouterr().err
+    (folder / "musique_ans_v1.0_dev.jsonl").unlink()
+    assert data_main(["fetch", "musique"]) == 0  # extracted again from the fetched zip
+    from knowtrace_train.report_html.lookups import Lookups
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.yaml").write_text("data:\n  train: musique:train\n  dev: musique:dev\n  corpus: {source: name, name: wiki2018-dpr}\n")
+    lookups = Lookups()
+    lookups.add_run_inputs(run)
+    assert lookups.question("2hop__482757_12019") == {"hops": 2, "kind": "2hop"} and not lookups.notes

@@ -224,26 +224,36 @@ def fetch(name: str, *, source: str | None = None, mirror: str | Path | None = N
     for rel, url, size, sha in plan:
         dest = folder / rel
         dest.parent.mkdir(parents=True, exist_ok=True)
-        pinned = lock.get("files", {}).get(rel)
-        if pinned and dest.is_file() and dest.stat().st_size == pinned["size"] and not verify:
-            files[rel] = pinned
-            continue
-        if dest.is_file():
-            got = _sha256(dest)
-            if sha is not None and got != sha:
-                raise FetchError(f"{dest}: checksum mismatch (SHA-256 {got}, expected {sha}); delete it and fetch again")
+        kept = _kept(folder, rel, lock, verify, sha)
+        if kept is not None:
+            files[rel] = kept
         else:
             log(f"{name}: {rel} <- {url}")
             started = time.monotonic()
             got = download(url, dest, sha256=sha, size=size)
             log(f"{name}: {rel} ({dest.stat().st_size} bytes, {time.monotonic() - started:.1f}s)")
-        files[rel] = {"sha256": got, "size": dest.stat().st_size, "from": url if "://" in url else "mirror"}
+            files[rel] = {"sha256": got, "size": dest.stat().st_size, "from": url if "://" in url else "mirror"}
         for member in next((f.members for f in s.files if f.path == rel), ()):
-            files[member] = _extract(dest, member, folder, lock.get("files", {}).get(member, {}).get("sha256"))
+            pinned = lock.get("files", {}).get(member, {}).get("sha256")
+            files[member] = _kept(folder, member, lock, verify, pinned) or _extract(dest, member, folder, pinned)
     lock = {"name": name, "source": s.kind, "revision": s.revision, "repo": s.repo, "commit": commit,
             "files": files, "complete": True}
     atomic_write_text(lock_path, json.dumps(lock, indent=1) + "\n")
     return folder, lock
+
+
+def _kept(folder: Path, rel: str, lock: dict, verify: bool, sha256: str | None) -> dict | None:
+    """The lock's record of a file already in `folder` (hashed again with `verify`), None where it must be fetched."""
+    dest, pinned = folder / rel, lock.get("files", {}).get(rel)
+    if not dest.is_file():
+        return None
+    if pinned and dest.stat().st_size == pinned["size"] and not verify:
+        return pinned
+    got = _sha256(dest)
+    want = sha256 or (pinned or {}).get("sha256")
+    if want is not None and got != want:
+        raise FetchError(f"{dest}: checksum mismatch (SHA-256 {got}, expected {want}); delete it and fetch again")
+    return {**(pinned or {}), "sha256": got, "size": dest.stat().st_size}
 
 
 def _extract(archive: Path, member: str, folder: Path, sha256: str | None) -> dict:
