@@ -110,9 +110,9 @@ def download(url: str, dest: Path, *, sha256: str | None, size: int | None, prog
     free = shutil.disk_usage(dest.parent).free
     if need is not None and need > free:
         raise FetchError(f"no space left in {dest.parent}: {need} bytes needed, {free} free ({dest.name})")
+    done = offset
     try:
         with part.open("ab" if offset else "wb") as out:
-            done = offset
             for chunk in chunks:
                 _append(out, chunk)
                 done += len(chunk)
