@@ -5,7 +5,7 @@
     knowtrace-train report RUN_OR_ROLLOUTS... [--out FILE]         scripts/report.py
     knowtrace-train export RUN [--iteration Z]                     scripts/export.py
     knowtrace-train compare RUN... [--out FIGURE]                  scripts/compare_runs.py
-    knowtrace-train data stats|build-corpus ...                    python -m knowtrace_train.data
+    knowtrace-train data fetch|list|stats|build-corpus ...         python -m knowtrace_train.data
     knowtrace-train doctor [--size small|smoke]                    scripts/doctor.py
 
 Each subcommand runs what its recipe or script runs (their `main`, in knowtrace_train/commands/), with the same
@@ -34,7 +34,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "export": ("knowtrace_train.commands.export", "export a run's adapters as merged, checked models"),
     "compare": ("knowtrace_train.commands.compare",
                 "compare runs (seeds as arms): the table, the paired tests, the paper's Figure 2"),
-    "data": ("knowtrace_train.data.__main__", "inspect and prepare benchmark files (stats, build-corpus)"),
+    "data": ("knowtrace_train.data.__main__", "fetch, inspect and prepare benchmark files (fetch, list, stats, build-corpus)"),
     "doctor": ("knowtrace_train.commands.doctor", "what works on this machine, and how fast"),
 }
 

@@ -298,6 +298,10 @@ def load_corpus(config: EvalConfig, all_items: Sequence[QAItem]) -> list[Passage
 
             return kg_corpus(world_facts(make_world(0).kb))  # type: ignore[arg-type]
         return kg_corpus(item_triples(all_items) if config.corpus.triples == "items" else read_triples(config.corpus.triples))
+    if config.corpus.source == "name":
+        from knowtrace_train.data.corpus import read_named_corpus
+
+        return read_named_corpus(config.corpus.name)  # type: ignore[arg-type]
     return read_corpus(config.corpus.path)  # type: ignore[arg-type]
 
 

@@ -98,6 +98,14 @@ PLAN: dict[str, list[str] | str] = {
     # -- docs/mintqa.md
     "python recipes/evaluate.py --config recipes/configs/eval_mintqa_rag.yaml --limit 50 --output runs/eval/world_mintqa_rag.jsonl": SMALL_EVAL,
     "python scripts/mintqa_breakdown.py runs/eval/world_mintqa_*.jsonl": [],
+    # -- README: the paper's benchmarks (fetch by name)
+    "python -m knowtrace_train.data list": [],
+    "python -m knowtrace_train.data fetch hotpotqa wiki2017-abstracts":
+        NOT_RUN_HERE + "it downloads ~2 GB; tests/test_fetch.py runs the same download code against local copies of every source",
+    "python recipes/selftrain.py --config recipes/configs/selftrain_paper_hotpotqa_cpu.yaml":
+        NOT_RUN_HERE + "it needs the fetched HotpotQA; tests/test_fetch.py validates it after fetching a local copy",
+    "python recipes/selftrain.py --config recipes/configs/selftrain_paper_hotpotqa.yaml":
+        NOT_RUN_HERE + "a GPU, vLLM and the fetched HotpotQA and Wikipedia 2017 (tests/test_fetch.py loads it)",
     # -- docs/backtracing.md
     "python scripts/backtrace_quality.py --rollouts runs/eval/world_dev.jsonl --items data/world/dev.jsonl --corpus data/world/corpus.jsonl":
         ["--tokenizer", "{tiny}"],

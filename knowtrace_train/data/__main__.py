@@ -1,9 +1,15 @@
 """Command line for benchmark files: ``python -m knowtrace_train.data <command> ...``.
 
 Commands:
+  fetch NAME... [--mirror DIR] [--source hub|url] [--verify] [--skip_bad]
+      download a benchmark or corpus by name into $KNOWTRACE_CACHE/data/<name>/<revision>/
+      (names: hotpotqa, 2wikimultihopqa, musique, wiki2017-abstracts, wiki2018-dpr; data/registry.py)
+  list
+      the names fetch knows, their sources and whether they are fetched
   stats PATH... [--format F] [--limit N] [--skip-bad]
       counts by dataset, type and hop count; the last line is one JSON object
       {"items": N, "by_dataset": {...}, "by_type": {...}, "by_hops": {...}, "skipped": K}.
+      A PATH may be a fetched split, NAME:SPLIT (hotpotqa:dev).
 
 To add a command, write ``add_<name>_command(subparsers)`` beside the code it runs (it adds its
 parser and sets ``func``, a function of the parsed arguments returning the exit status) and
@@ -19,8 +25,10 @@ import sys
 from collections import Counter
 from typing import Callable, Iterable, Sequence
 
+from ..errors import UserError, report_user_error
 from ..io import DataFileError
 from .corpus import add_build_corpus_command
+from .fetch import add_fetch_commands
 from .loaders import FORMATS, load_items_report
 from .schema import QAItem, SchemaError
 
@@ -68,7 +76,7 @@ def add_stats_command(subparsers) -> None:
 
 
 #: one registration function per command, in the order `--help` lists them.
-COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [add_stats_command, add_build_corpus_command]
+COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [add_fetch_commands, add_stats_command, add_build_corpus_command]
 
 
 PROG = "python -m knowtrace_train.data"
@@ -88,6 +96,11 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     try:
         return args.func(args)
+    except UserError as e:
+        if args.command in ("fetch", "list"):  # one line, exit 2, as every command's user errors
+            return report_user_error(e)
+        print(f"error: {e}", file=sys.stderr)
+        return 1
     except (DataFileError, SchemaError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

@@ -27,7 +27,7 @@ from knowtrace_train.data.schema import Passage, QAItem, passage_id
 from knowtrace_train.io import DataFileError, iter_jsonl, write_jsonl
 
 #: where a run's passages come from (CorpusConfig.source)
-CORPUS_SOURCES = ("contexts", "file", "kg")
+CORPUS_SOURCES = ("contexts", "file", "kg", "name")
 
 
 @dataclass
@@ -36,7 +36,11 @@ class CorpusConfig:
 
     source: str = field(
         default="file",
-        metadata={"help": "'file': the corpus JSONL at `path`; 'contexts': the context passages of every item in the dataset file (whatever `limit`); 'kg': a knowledge graph turned into text, one passage per entity neighbourhood (MINTQA's corpus; the graph is `triples`)"},
+        metadata={"help": "'file': the corpus JSONL at `path`; 'contexts': the context passages of every item in the dataset file (whatever `limit`); 'kg': a knowledge graph turned into text, one passage per entity neighbourhood (MINTQA's corpus; the graph is `triples`); 'name': a fetched corpus (`name`)"},
+    )
+    name: str | None = field(
+        default=None,
+        metadata={"help": "source 'name': a corpus fetched by `python -m knowtrace_train.data fetch NAME` (wiki2017-abstracts, wiki2018-dpr)"},
     )
     path: str | None = field(
         default="data/world/corpus.jsonl", metadata={"help": "the corpus JSONL (source 'file'; unused otherwise)"}
@@ -51,6 +55,20 @@ class CorpusConfig:
             raise ValueError(f"corpus.source must be one of {list(CORPUS_SOURCES)}, got {self.source!r}")
         if self.source == "file" and not self.path:
             raise ValueError("corpus.source is 'file' but corpus.path is empty")
+        if self.source == "name" and not self.name:
+            raise ValueError("corpus.source is 'name' but corpus.name is empty (e.g. name: wiki2018-dpr)")
+
+
+def read_named_corpus(name: str, skip_bad: bool = False) -> list[Passage]:
+    """The passages of a fetched corpus (data/registry.py), read by its source's reader (data/formats.py)."""
+    from knowtrace_train.data.formats import CORPUS_READERS
+    from knowtrace_train.data.registry import corpus_files
+
+    files, reader = corpus_files(name)
+    passages = [p for f in files for p in CORPUS_READERS[reader](f, skip_bad=skip_bad)]
+    if not passages:
+        raise CorpusError(f"{name}: the corpus is empty (no passages in {', '.join(map(str, files))})")
+    return passages
 
 
 class CorpusError(DataFileError):

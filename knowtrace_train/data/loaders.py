@@ -41,6 +41,10 @@ format is told by the keys of its first record (`detect_format`), or named with 
 Every context passage's id is `passage_id(title, text)`, so item contexts and corpora built from
 them share ids; a passage repeated within an item is kept once.
 
+A path of the form ``<name>:<split>`` (``hotpotqa:train``) that is not a file reads the fetched files of that
+registry name (data/registry.py: ``python -m knowtrace_train.data fetch NAME``); a ``.parquet`` file (the hub's
+HotpotQA) is read row by row, its nested columns mapped back to the official layout (data/formats.py).
+
 A bad record raises `DataFileError` naming the file, the line (JSON Lines) or item index (JSON
 array) and the field; with ``skip_bad=True`` it is skipped instead, logged and listed in
 `LoadReport.skipped`. A file that cannot be read as a whole (an empty file, a broken JSON array,
@@ -59,6 +63,8 @@ from typing import Any, Callable, Iterable, Iterator
 from tqdm.auto import tqdm
 
 from ..io import DataFileError, iter_jsonl
+from .formats import parquet_records
+from .registry import parse_ref, split_files
 from .schema import GoldEvidence, Passage, QAItem, SchemaError, SubQuestion, passage_id
 
 log = logging.getLogger(__name__)
@@ -125,6 +131,9 @@ def load_items_report(
     format, the rows or the file name say (split from the name: train/dev/validation/test, else
     "unknown"). `limit`: stop after that many items.
     """
+    ref = parse_ref(str(path))
+    if ref is not None:  # "<name>:<split>": the fetched files of a registry name (data/registry.py)
+        return _named_report(*ref, format=format, dataset=dataset, split=split, limit=limit, skip_bad=skip_bad)
     path = Path(path)
     if format is not None and format not in FORMATS:
         raise DataFileError(f"{path}: unknown format {format!r} (known: {', '.join(FORMATS)})")
@@ -170,6 +179,20 @@ def load_items_report(
     return report
 
 
+def _named_report(name: str, split_name: str, *, format, dataset, split, limit, skip_bad) -> LoadReport:
+    """The items of a fetched split, over its files (sharded parquet: in order), as one report."""
+    files, reader = split_files(name, split_name)
+    total = LoadReport(path=f"{name}:{split_name}", format=format or reader)
+    for f in files:
+        left = None if limit is None else limit - len(total.items)
+        if left == 0:
+            break
+        r = load_items_report(f, format or reader, dataset=dataset or name, split=split or split_name, limit=left, skip_bad=skip_bad)
+        total.items += r.items
+        total.skipped += r.skipped
+    return total
+
+
 def split_from_name(path: str | Path) -> str:
     """"train", "dev" or "test" where the file name says so unambiguously, else "unknown"."""
     words = {_SPLIT_WORDS[w] for w in re.split(r"[^a-z]+", Path(path).name.lower()) if w in _SPLIT_WORDS}
@@ -183,6 +206,9 @@ def _records(path: Path, on_error: Callable[[str, str], None] | None) -> Iterato
     """Yield (where, index, record) from a JSON array or JSON Lines file: `where` is "file:line"
     or "file: item i"; `index` is the array index or the 0-based line number. Broken JSON Lines
     lines go to `on_error` where given, else raise."""
+    if path.suffix == ".parquet":
+        yield from parquet_records(path)
+        return
     with path.open(encoding="utf-8") as f:
         head = f.read(4096).lstrip()
     if head.startswith("["):

@@ -49,8 +49,11 @@ class Lookups:
         except Exception:  # noqa: BLE001 - collect has noted it already
             return
         data = config.get("data") if isinstance(config, dict) and isinstance(config.get("data"), dict) else {}
+        from knowtrace_train.data.registry import parse_ref
+
         for key in ("train", "dev", "test"):
-            path = _resolve(data.get(key), run_dir)
+            raw = data.get(key)
+            path = raw if isinstance(raw, str) and parse_ref(raw) else _resolve(raw, run_dir)  # a fetched split by name
             if path is not None:
                 self.add_data(path, data.get("format"))
         corpus = data.get("corpus") if isinstance(data.get("corpus"), dict) else {}
@@ -59,9 +62,9 @@ class Lookups:
             if path is not None:
                 self.add_corpus(path)
 
-    def add_data(self, path: Path, fmt: str | None = None) -> None:
-        """Hops and kind (bridge/comparison) of every question in a data file."""
-        path = path.resolve()
+    def add_data(self, path: Path | str, fmt: str | None = None) -> None:
+        """Hops and kind (bridge/comparison) of every question in a data file (or a fetched split, "hotpotqa:dev")."""
+        path = path.resolve() if isinstance(path, Path) else path
         if path in self._data_seen:
             return
         self._data_seen.add(path)

@@ -335,11 +335,16 @@ class SelfTrainConfig:
         self.strategy.check_installed()
         get_method(self.strategy.name).validate_for_training(self.strategy)
         self._check_bootstrap()
+        from knowtrace_train.data.registry import check_data_ref
+
         for name in ("train", "dev", "test"):
-            if getattr(self.data, name) is not None and not Path(getattr(self.data, name)).is_file():
-                raise ValueError(f"data.{name}: no such file {getattr(self.data, name)!r}")
+            value = getattr(self.data, name)
+            if value is not None and not check_data_ref(value, f"data.{name}") and not Path(value).is_file():
+                raise ValueError(f"data.{name}: no such file {value!r}")
         if self.data.corpus.source == "file" and not Path(self.data.corpus.path or "").is_file():
             raise ValueError(f"data.corpus.path: no such file {self.data.corpus.path!r}")
+        if self.data.corpus.source == "name":
+            check_data_ref(self.data.corpus.name, "data.corpus.name", corpus=True)
 
     def _check_bootstrap(self) -> None:
         """A bootstrap (mode "always", or "auto", whose probe may ask for one) builds M0 from the method's

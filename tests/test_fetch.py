@@ -1,0 +1,346 @@
+"""`python -m knowtrace_train.data fetch|list` against local copies of each source (tests/fetch_fixtures.py), no network:
+the readers against hand-built items, a resumed download, checksums, offline, a full disk, bad rows, names in configs."""
+
+from __future__ import annotations
+
+import dataclasses
+import errno
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fetch_fixtures import (COMMIT, DPR_ROWS, ED_WOOD, HOTPOT_DEV, MUSIQUE_DEV, WIKI2_DEV, Server, jsonl, point_urls_at,
+                            write_parquet, write_sources, zip_of)
+from knowtrace_train.data import fetch as fetch_mod
+from knowtrace_train.data import registry
+from knowtrace_train.data.__main__ import main as data_main
+from knowtrace_train.data.corpus import read_named_corpus
+from knowtrace_train.data.fetch import fetch
+from knowtrace_train.data.loaders import load_items, load_items_report
+from knowtrace_train.data.registry import FetchError
+from knowtrace_train.data.schema import GoldEvidence, Passage, QAItem, SubQuestion, passage_id
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def _p(title: str, text: str) -> Passage:
+    return Passage(passage_id(title, text), title, text)
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("KNOWTRACE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    return tmp_path / "cache"
+
+
+@pytest.fixture
+def server(tmp_path, monkeypatch, cache):
+    s = Server(write_sources(tmp_path / "sources"))
+    monkeypatch.setenv("HF_ENDPOINT", s.url)
+    point_urls_at(monkeypatch, s.url)
+    yield s
+    s.close()
+
+
+def _say(_msg: str) -> None:
+    pass
+
+
+# -- every reader against hand-built items ---------------------------------------------------------------
+
+
+def expected_hotpot_dev() -> QAItem:
+    ed = _p("Ed Wood", "Edward Davis Wood Jr. was an American filmmaker. He was born in 1924.")
+    sd = _p("Scott Derrickson", "Scott Derrickson is an American director. He lives in Los Angeles.")
+    return QAItem(id="5a8b57f25542995d1e6f1371", question=HOTPOT_DEV["question"], answers=("yes",), dataset="hotpotqa",
+                  split="dev", type="comparison", hops=2, context=(ed, sd),
+                  evidence=GoldEvidence(titles=("Scott Derrickson", "Ed Wood"), sentences=(("Scott Derrickson", 0), ("Ed Wood", 0)),
+                                        paragraph_ids=(sd.id, ed.id)))
+
+
+def test_hotpotqa_from_the_hub_over_http(server, cache):
+    folder, lock = fetch("hotpotqa", log=_say)
+    assert folder == cache / "data" / "hotpotqa" / "main" and lock["commit"] == COMMIT and lock["complete"]
+    assert load_items("hotpotqa:dev") == [expected_hotpot_dev()]
+    train = load_items("hotpotqa:train")
+    assert [it.id for it in train] == ["5a7a06935542990198eaf050", "5a879ab05542996e4f30887e"]  # two shards, in order
+    assert train[0].context[0].text == "Arthur's Magazine (1844–1846) was an American literary periodical."
+    assert [it.split for it in load_items("hotpotqa:dev_fullwiki")] == ["dev_fullwiki"]
+    # every file came from the pinned commit, and its SHA-256 (the hub's LFS oid) is in the lock
+    assert all(f"/resolve/{COMMIT}/" in p for p, _ in server.requests if "/resolve/" in p)
+    assert set(lock["files"]) == {"distractor/train-00000-of-00002.parquet", "distractor/train-00001-of-00002.parquet",
+                                  "distractor/validation-00000-of-00001.parquet", "fullwiki/validation-00000-of-00001.parquet"}
+    assert not list(folder.rglob("*.part"))
+
+
+def test_hotpotqa_official_json_gives_the_same_items_as_the_hub(server, cache):
+    fetch("hotpotqa", source="url", log=_say)
+    assert (cache / "data" / "hotpotqa" / "v1.1" / "hotpot_dev_distractor_v1.json").is_file()
+    assert load_items("hotpotqa:dev") == [expected_hotpot_dev()]
+
+
+def test_2wiki_from_its_zip(server):
+    fetch("2wikimultihopqa", log=_say)
+    pw = _p("Polish-Russian War (film)", "Polish-Russian War is a 2009 Polish film directed by Xawery Żuławski.")
+    xz = _p("Xawery Żuławski", "Xawery Żuławski is a Polish film director. His mother is Małgorzata Braunek.")
+    assert load_items("2wikimultihopqa:dev") == [QAItem(
+        id=WIKI2_DEV["_id"], question=WIKI2_DEV["question"], answers=("Małgorzata Braunek",), dataset="2wikimultihopqa",
+        split="dev", type="compositional", hops=2, context=(pw, xz),
+        evidence=GoldEvidence(titles=("Polish-Russian War (film)", "Xawery Żuławski"),
+                              sentences=(("Polish-Russian War (film)", 0), ("Xawery Żuławski", 1)), paragraph_ids=(pw.id, xz.id),
+                              triples=(("Polish-Russian War", "director", "Xawery Żuławski"),
+                                       ("Xawery Żuławski", "mother", "Małgorzata Braunek"))))]
+    assert len(load_items("2wikimultihopqa:train")) == 1
+
+
+def test_musique_from_its_zip(server):
+    fetch("musique", log=_say)
+    pk, sw, vw = (_p(p["title"], p["paragraph_text"]) for p in MUSIQUE_DEV["paragraphs"])
+    assert load_items("musique:dev") == [QAItem(
+        id="2hop__482757_12019", question=MUSIQUE_DEV["question"], answers=("2000", "two thousand"), dataset="musique",
+        split="dev", type="2hop", hops=2, context=(pk, sw, vw),
+        evidence=GoldEvidence(titles=("Serena Williams", "Venus Williams"), paragraph_ids=(sw.id, vw.id), sub_questions=(
+            SubQuestion("Who is Serena Williams's elder sister?", "Venus Williams", paragraph_ids=(sw.id,)),
+            SubQuestion("When did #1 win her first Wimbledon title?", "2000", paragraph_ids=(vw.id,)))))]
+
+
+def test_the_corpora(server):
+    fetch("wiki2017-abstracts", log=_say)
+    fetch("wiki2018-dpr", log=_say)
+    abstracts = read_named_corpus("wiki2017-abstracts")
+    ed = _p("Ed Wood", "".join(ED_WOOD))
+    assert abstracts == [ed, _p("Scott Derrickson", "Scott Derrickson is an American director. He lives in Los Angeles.")]
+    assert ed.id in {p.id for p in expected_hotpot_dev().context}  # the open-domain corpus shares the contexts' ids
+    assert read_named_corpus("wiki2018-dpr") == [_p(title, text) for _, text, title in DPR_ROWS]
+
+
+# -- list, names, mirror, offline -------------------------------------------------------------------------
+
+
+def test_list_and_unknown_names(server, capsys):
+    assert data_main(["list"]) == 0
+    out = capsys.readouterr().out
+    assert "hotpotqa" in out and "not fetched" in out and "mintqa" in out and "unavailable" in out
+    assert data_main(["fetch", "hotpotq"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "did you mean 'hotpotqa'" in err and "wiki2018-dpr" in err
+    with pytest.raises(FetchError, match=r"musique is not fetched yet .*: run python -m knowtrace_train.data fetch musique"):
+        load_items("musique:dev")
+    fetch("musique", log=_say)
+    with pytest.raises(FetchError, match=r"musique has no split 'test' \(splits: train, dev\)"):
+        load_items("musique:test")
+    with pytest.raises(FetchError, match="no public copy of MINTQA"):
+        fetch("mintqa")
+    assert data_main(["list"]) == 0 and "musique              qa     fetched" in capsys.readouterr().out
+
+
+def test_mirror_offline(tmp_path, cache, monkeypatch, capsys):
+    mirror = write_sources(tmp_path / "sources") / "files"
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert data_main(["fetch", "musique"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "HF_HUB_OFFLINE is set" in err and "--mirror DIR" in err
+    assert data_main(["fetch", "musique", "2wikimultihopqa", "--mirror", str(mirror)]) == 0
+    assert "musique:dev: 1 items" in capsys.readouterr().out
+    assert load_items("musique:dev")[0].id == "2hop__482757_12019"
+    # a hub source from a mirror: the repo's paths under DIR (or DIR/<name>/)
+    hub_mirror = tmp_path / "sources" / "hub"
+    fetch("hotpotqa", mirror=hub_mirror, log=_say)
+    assert load_items("hotpotqa:dev") == [expected_hotpot_dev()]
+    assert data_main(["fetch", "musique"]) == 0  # fetched already: offline is fine
+    assert "already fetched" in capsys.readouterr().out
+
+
+# -- downloads: resume, checksum, full disk, half-written files -------------------------------------------
+
+
+def test_a_killed_download_resumes_with_a_range_request(server, cache, monkeypatch):
+    monkeypatch.setattr(fetch_mod, "CHUNK", 16)
+    writes = {"n": 0}
+    real = fetch_mod._append
+
+    def killed(out, chunk):
+        writes["n"] += 1
+        if writes["n"] > 3:
+            raise KeyboardInterrupt
+        real(out, chunk)
+
+    monkeypatch.setattr(fetch_mod, "_append", killed)
+    with pytest.raises(KeyboardInterrupt):
+        fetch("wiki2018-dpr", log=_say)
+    folder = cache / "data" / "wiki2018-dpr" / "dpr-psgs-w100"
+    assert (folder / "psgs_w100.tsv.gz.part").stat().st_size == 48
+    assert not (folder / "psgs_w100.tsv.gz").exists() and not (folder / registry.LOCK_NAME).exists()
+    with pytest.raises(FetchError, match="wiki2018-dpr is not fetched yet"):  # never read half-written
+        read_named_corpus("wiki2018-dpr")
+    monkeypatch.setattr(fetch_mod, "_append", real)
+    fetch("wiki2018-dpr", log=_say)
+    assert server.requests[-1] == ("/files/psgs_w100.tsv.gz", "bytes=48-")
+    assert len(read_named_corpus("wiki2018-dpr")) == 2
+
+
+def _pin(monkeypatch, name: str, sha: str) -> None:
+    e = registry.REGISTRY[name]
+    s = e.sources[0]
+    files = tuple(dataclasses.replace(f, sha256=sha) for f in s.files)
+    monkeypatch.setitem(registry.REGISTRY, name, dataclasses.replace(e, sources=(dataclasses.replace(s, files=files),)))
+
+
+def test_a_wrong_checksum_is_refused_naming_the_file(server, cache, monkeypatch, capsys):
+    _pin(monkeypatch, "wiki2018-dpr", "0" * 64)
+    assert data_main(["fetch", "wiki2018-dpr"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "psgs_w100.tsv.gz: checksum mismatch" in err and "0" * 64 in err
+    folder = cache / "data" / "wiki2018-dpr" / "dpr-psgs-w100"
+    assert not list(folder.glob("psgs_w100*")) and not (folder / registry.LOCK_NAME).exists()
+
+
+def test_the_first_fetch_pins_hashes_that_later_fetches_check(server, cache, tmp_path):
+    folder, lock = fetch("musique", log=_say)
+    assert set(lock["files"]) == {"musique_v1.0.zip", "musique_ans_v1.0_train.jsonl", "musique_ans_v1.0_dev.jsonl"}
+    (folder / "musique_v1.0.zip").unlink()
+    (folder / "musique_ans_v1.0_dev.jsonl").unlink()
+    zip_of(tmp_path / "sources" / "files" / "musique_v1.0.zip", {"data/musique_ans_v1.0_dev.jsonl": jsonl([MUSIQUE_DEV]) + "\n"})
+    with pytest.raises(FetchError, match=r"musique_v1.0.zip: checksum mismatch .*expected " + lock["files"]["musique_v1.0.zip"]["sha256"]):
+        fetch("musique", log=_say)
+
+
+def test_a_full_disk_is_one_line_naming_the_folder_and_the_bytes(server, cache, monkeypatch, capsys):
+    def full(out, chunk):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(fetch_mod, "_append", full)
+    assert data_main(["fetch", "wiki2018-dpr"]) == 2
+    err = capsys.readouterr().err.strip()
+    folder = cache / "data" / "wiki2018-dpr" / "dpr-psgs-w100"
+    size = (Path(server.root) / "files" / "psgs_w100.tsv.gz").stat().st_size
+    assert len(err.splitlines()) == 1 and f"no space left in {folder}: {size} more bytes needed" in err
+    # known sizes are checked before a byte is written
+    monkeypatch.setattr(fetch_mod.shutil, "disk_usage", lambda p: type("U", (), {"free": 10})())
+    assert data_main(["fetch", "wiki2018-dpr"]) == 2
+    assert f"no space left in {folder}: {size} bytes needed, 10 free" in capsys.readouterr().err
+
+
+def test_a_bad_row_names_file_row_and_field_or_is_skipped_and_counted(tmp_path, cache, monkeypatch, capsys):
+    bad = {k: v for k, v in MUSIQUE_DEV.items() if k != "question"} | {"id": "2hop__bad"}
+    mirror = write_sources(tmp_path / "sources", musique_dev=jsonl([MUSIQUE_DEV, bad])) / "files"
+    assert data_main(["fetch", "musique", "--mirror", str(mirror)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "musique_ans_v1.0_dev.jsonl:2: missing required field 'question'" in err
+    assert data_main(["fetch", "musique", "--mirror", str(mirror), "--skip_bad"]) == 0
+    assert "musique:dev: 1 items, 1 bad rows skipped" in capsys.readouterr().out
+    assert len(load_items_report("musique:dev", skip_bad=True).skipped) == 1
+
+
+def test_a_hub_row_with_a_malformed_nested_column_names_row_and_field(tmp_path, cache):
+    hub = tmp_path / "hub"
+    write_parquet(hub / "distractor/validation-00000-of-00001.parquet", [HOTPOT_DEV])
+    write_parquet(hub / "distractor/train-00000-of-00001.parquet", [{**HOTPOT_DEV, "supporting_facts": [["Ed Wood", 0]], "question": ""}])
+    write_parquet(hub / "fullwiki/validation-00000-of-00001.parquet", [HOTPOT_DEV])
+    fetch("hotpotqa", mirror=hub, log=_say)
+    with pytest.raises(Exception, match=r"train-00000-of-00001.parquet: row 0: field 'question' is empty"):
+        load_items("hotpotqa:train")
+
+
+# -- configs that name what was fetched --------------------------------------------------------------------
+
+
+def test_a_selftrain_config_names_datasets_and_a_corpus(server, cache):
+    from knowtrace_train.data.registry import check_data_ref
+
+    with pytest.raises(FetchError, match=r"^data.dev: musique is not fetched yet .*fetch musique$"):
+        check_data_ref("musique:dev", "data.dev")
+    fetch("musique", log=_say)
+    fetch("wiki2018-dpr", log=_say)
+    assert check_data_ref("musique:dev", "data.dev") and check_data_ref("wiki2018-dpr", "data.corpus.name", corpus=True)
+    assert not check_data_ref("data/world/dev.jsonl", "data.dev")  # a path stays a path
+    with pytest.raises(FetchError, match="data.corpus.name: musique is a question set, not a corpus"):
+        check_data_ref("musique", "data.corpus.name", corpus=True)
+
+
+PAPER = ["hotpotqa", "2wiki", "musique"]
+
+
+@pytest.mark.parametrize("name", PAPER)
+def test_the_paper_configs_load(name):
+    from knowtrace_train.config import load_config
+    from knowtrace_train.selftrain.config import SelfTrainConfig
+
+    gpu = load_config(SelfTrainConfig, REPO_ROOT / "recipes" / "configs" / f"selftrain_paper_{name}.yaml")
+    assert gpu.data.train_questions == 5000 and gpu.data.dev_questions == 100 and gpu.data.test_questions == 500
+    assert gpu.data.corpus.source == "name" and gpu.strategy.passages == 5 and gpu.generator.backend == "vllm"
+    assert gpu.data.corpus.name == ("wiki2017-abstracts" if name == "hotpotqa" else "wiki2018-dpr")
+    assert gpu.retriever.backend == "bm25"
+    cpu = load_config(SelfTrainConfig, REPO_ROOT / "recipes" / "configs" / f"selftrain_paper_{name}_cpu.yaml")
+    assert cpu.data.corpus.source == "contexts" and cpu.data.train.endswith(":train") and cpu.data.dev.endswith(":dev")
+
+
+@pytest.mark.parametrize("name", PAPER)
+def test_the_cpu_paper_configs_validate_after_fetch(server, name):
+    from knowtrace_train.config import load_config
+    from knowtrace_train.selftrain.config import SelfTrainConfig
+
+    cfg = load_config(SelfTrainConfig, REPO_ROOT / "recipes" / "configs" / f"selftrain_paper_{name}_cpu.yaml")
+    with pytest.raises(FetchError, match="is not fetched yet"):
+        cfg.validate()
+    fetch(cfg.data.train.split(":")[0], log=_say)
+    cfg.validate()
+
+
+def test_evaluate_runs_end_to_end_on_a_named_split_and_corpus(server, cache, tiny_model_dir, tmp_path):
+    fetch("hotpotqa", log=_say)
+    fetch("wiki2017-abstracts", log=_say)
+    out = tmp_path / "named.jsonl"
+    cmd = [sys.executable, str(REPO_ROOT / "recipes" / "evaluate.py"), "--config", str(REPO_ROOT / "recipes" / "configs" / "eval_world.yaml"),
+           "--dataset.path", "hotpotqa:dev", "--corpus.source", "name", "--corpus.name", "wiki2017-abstracts", "--limit", "1",
+           "--output", str(out), "--generator.model", str(tiny_model_dir), "--generator.progress", "false",
+           "--retriever.cache_dir", "null", "--strategy.max_rounds", "1", "--strategy.passages", "2",
+           "--strategy.max_new_tokens.explore", "8", "--strategy.max_new_tokens.complete", "8", "--strategy.max_new_tokens.answer", "4",
+           "--quiet"]
+    r = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO_ROOT, timeout=600, env={**__import__("os").environ})
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert json.loads(r.stdout.strip().splitlines()[-1])["questions"] == 1
+    assert json.loads(out.read_text().splitlines()[0])["question_id"] == HOTPOT_DEV["_id"]
+
+
+# -- the real samples (../shared/data): the fetched formats read as today's loaders read the official files --
+
+
+def test_real_samples_read_alike_through_the_fetched_formats(shared_data, tmp_path, cache):
+    hp = json.loads((shared_data / "hotpotqa" / "dev.json").read_text(encoding="utf-8"))
+    root = write_sources(tmp_path / "sources", hotpot_dev=hp, wiki2_dev=json.loads(
+        (shared_data / "2wikimultihopqa" / "dev.json").read_text(encoding="utf-8")),
+        musique_dev=(shared_data / "musique" / "dev.jsonl").read_text(encoding="utf-8"))
+    fetch("hotpotqa", mirror=root / "hub", log=_say)  # the hub's parquet
+    fetch("2wikimultihopqa", mirror=root / "files", log=_say)
+    fetch("musique", mirror=root / "files", log=_say)
+    assert load_items("hotpotqa:dev") == load_items(shared_data / "hotpotqa" / "dev.json")
+    assert len(load_items("hotpotqa:dev")) == 100
+    assert load_items("2wikimultihopqa:dev") == load_items(shared_data / "2wikimultihopqa" / "dev.json")
+    assert load_items("musique:dev") == load_items(shared_data / "musique" / "dev.jsonl")
+
+
+def test_stats_verify_and_the_report_read_a_fetched_split(server, cache, tmp_path, capsys):
+    folder, _ = fetch("musique", log=_say)
+    assert data_main(["stats", "musique:dev"]) == 0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["by_dataset"] == {"musique": 1}
+    assert data_main(["fetch", "musique", "--verify"]) == 0
+    (folder / "musique_ans_v1.0_dev.jsonl").write_text(jsonl([MUSIQUE_DEV]) + "\n")  # changed after the fetch
+    with pytest.raises(FetchError, match="missing or not the .* bytes fetched: run python -m knowtrace_train.data fetch --verify musique"):
+        load_items("musique:dev")
+    assert data_main(["fetch", "musique", "--verify"]) == 2
+    assert "musique_ans_v1.0_dev.jsonl: checksum mismatch" in capsys.readouterr().err
+    (folder / "musique_ans_v1.0_dev.jsonl").unlink()
+    assert data_main(["fetch", "musique"]) == 0  # extracted again from the fetched zip
+    from knowtrace_train.report_html.lookups import Lookups
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.yaml").write_text("data:\n  train: musique:train\n  dev: musique:dev\n  corpus: {source: name, name: wiki2018-dpr}\n")
+    lookups = Lookups()
+    lookups.add_run_inputs(run)
+    assert lookups.question("2hop__482757_12019") == {"hops": 2, "kind": "2hop"} and not lookups.notes
