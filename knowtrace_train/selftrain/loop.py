@@ -11,15 +11,16 @@ records only, and evaluates M(z) on the dev questions.
 Run folder (runs/<name>):
 
     config.yaml                   the config as run; a rerun must bring the same one
-    questions.json                ids of the rollout, bootstrap and dev questions
+    questions.json                ids of the rollout, bootstrap, dev and calibration questions
     base/eval.jsonl               the raw base (few-shot) on the dev questions; base/probe.jsonl for
                                   bootstrap "auto" (the raw base on the first train questions)
     iter_0/                       the bootstrap: sft_<kind>.jsonl (gold), gold.json, bootstrap_adapters/<a>/
-                                  (merged already), model/ (M0), eval.jsonl, metrics.json
+                                  (merged already), model/ (M0), calibration.json (its decision thresholds,
+                                  calibration.py), eval.jsonl, metrics.json
     m0.json                       M0: "path" of its model folder (relative to the run folder when inside it), the
                                   raw base, whether bootstrapped, the prompt settings it runs with
     iter_<z>/                     rollouts.jsonl, rationale.json, sft_<kind>.jsonl, adapters/<role>/,
-                                  eval.jsonl, metrics.json (with `vs_m0` and `vs_previous`: paired tests
+                                  calibration.json, eval.jsonl, metrics.json (with `vs_m0` and `vs_previous`: paired tests
                                   of M(z) against M0 and M(z-1) on the dev questions, read from the
                                   eval.jsonl files)
     <folder>/DONE.<stage>         the stage's marker with its seconds and figures ("reused_from": the cache
