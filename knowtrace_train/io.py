@@ -161,15 +161,17 @@ def model_identity(model: str | os.PathLike) -> dict[str, Any]:
     files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file() and not any(
         part.startswith(".") for part in p.relative_to(path).parts))
     sidecar = cache_home() / IDENTITY_FOLDER / f"{hashlib.sha256(str(path).encode('utf-8')).hexdigest()[:24]}.json"
-    try:
-        kept = json.loads(sidecar.read_text(encoding="utf-8")).get("files", {})
-    except (OSError, ValueError, AttributeError):
-        kept = {}
+    stats = [(f, f.stat()) for f in files]
+    kept: Any = {}
+    if not all((str(f), st.st_size, st.st_mtime_ns) in _HASHES for f, st in stats):  # else: known in this process
+        try:
+            kept = json.loads(sidecar.read_text(encoding="utf-8")).get("files", {})
+        except (OSError, ValueError, AttributeError):
+            kept = {}
     kept = kept if isinstance(kept, dict) else {}
     entries, changed = {}, False
-    for f in files:
+    for f, st in stats:
         rel = f.name if f == path else f.relative_to(path).as_posix()
-        st = f.stat()
         mark = (str(f), st.st_size, st.st_mtime_ns)
         old = kept.get(rel)
         if mark in _HASHES:

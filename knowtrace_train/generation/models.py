@@ -48,6 +48,18 @@ def package_gguf(package: str) -> Path:
     return found[0]
 
 
+def configured_model_identity(name_or_path: str | os.PathLike) -> dict:
+    """`knowtrace_train.io.model_identity` of a model as a config names it: an alias by the GGUF file its package
+    ships (an upgraded package is another model), anything else as it is."""
+    name = str(name_or_path)
+    if name in ALIASES:
+        try:
+            return model_identity(package_gguf(ALIASES[name]))
+        except GenerationError:
+            pass
+    return model_identity(name)
+
+
 def is_model_folder(path: Path) -> bool:
     """A folder transformers can load as a plain (non-GGUF) causal LM with its tokenizer."""
     return (
