@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import logging
 import os
 import shutil
 import tempfile
+import time
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
@@ -133,3 +135,64 @@ def cache_home(explicit: str | os.PathLike | None = None) -> Path:
         return Path(explicit).expanduser()
     env = os.environ.get(CACHE_ENV)
     return Path(env).expanduser() if env else Path.home() / ".cache" / "knowtrace-train"
+
+
+# -- what names a model in a cache key ----------------------------------------------------------------------
+
+#: the cache home's folder of model identities: per model folder, each file's SHA-256 under its size and mtime
+IDENTITY_FOLDER = "identity"
+#: a file modified less than this before it was hashed may be rewritten at the same size within the file system's
+#: clock tick (the same mtime): its hash is not trusted later and is computed again, as git treats "racily clean" files
+RACY_NS = 2_000_000_000
+_HASHES: dict[tuple[str, int, int], tuple[str, int]] = {}  # (file, size, mtime_ns) -> (SHA-256, when hashed): trusted ones
+
+
+def model_identity(model: str | os.PathLike) -> dict[str, Any]:
+    """What names a model (a base, a merged M0, an adapter, an encoder) in every cache key that depends on it: for a
+    local folder or file, the SHA-256 of its files' names and contents, whatever the path (a model retrained or
+    rewritten in place, same sizes or not, is another model; a copy elsewhere is the same); anything else (a hub id,
+    an alias) by its name. Each file is hashed once: its hash is kept in the cache home
+    (identity/<the folder's path hashed>.json) under its size and mtime_ns, so a later call only stats the files and
+    a retrain, which rewrites them, hashes them again. Hidden files (.gitattributes, download metadata) are left out."""
+    path = Path(model).expanduser()
+    if not path.exists():
+        return {"hub_id": str(model)}
+    path = path.resolve()
+    files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file() and not any(
+        part.startswith(".") for part in p.relative_to(path).parts))
+    sidecar = cache_home() / IDENTITY_FOLDER / f"{hashlib.sha256(str(path).encode('utf-8')).hexdigest()[:24]}.json"
+    stats = [(f, f.stat()) for f in files]
+    kept: Any = {}
+    if not all((str(f), st.st_size, st.st_mtime_ns) in _HASHES for f, st in stats):  # else: known in this process
+        try:
+            kept = json.loads(sidecar.read_text(encoding="utf-8")).get("files", {})
+        except (OSError, ValueError, AttributeError):
+            kept = {}
+    kept = kept if isinstance(kept, dict) else {}
+    entries, changed = {}, False
+    for f, st in stats:
+        rel = f.name if f == path else f.relative_to(path).as_posix()
+        mark = (str(f), st.st_size, st.st_mtime_ns)
+        old = kept.get(rel)
+        if mark in _HASHES:
+            entry = [st.st_size, st.st_mtime_ns, *_HASHES[mark]]
+        elif (isinstance(old, list) and len(old) == 4 and old[:2] == [st.st_size, st.st_mtime_ns]
+              and isinstance(old[3], int) and old[3] - st.st_mtime_ns >= RACY_NS):
+            entry = old
+        else:
+            started = time.time_ns()  # a rewrite after this has a later mtime than the one read above
+            h = hashlib.sha256()
+            with f.open("rb") as fh:
+                for block in iter(lambda: fh.read(1 << 24), b""):
+                    h.update(block)
+            entry, changed = [st.st_size, st.st_mtime_ns, h.hexdigest(), started], True
+        if entry[3] - st.st_mtime_ns >= RACY_NS:
+            _HASHES[mark] = (entry[2], entry[3])
+        entries[rel] = entry
+    if changed:
+        try:
+            atomic_write_text(sidecar, json.dumps({"path": str(path), "files": entries}, indent=1) + "\n")
+        except OSError as e:  # a read-only cache home: hashed again next time
+            log.info("cannot keep the hashes of %s in %s: %s", path, sidecar, e)
+    combined = hashlib.sha256(json.dumps(sorted((rel, e[2]) for rel, e in entries.items())).encode("utf-8"))
+    return {"sha256": combined.hexdigest()}

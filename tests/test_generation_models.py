@@ -78,6 +78,34 @@ def test_gguf_is_converted_once_into_the_cache(fake_gguf, tmp_path):
     assert [p.name for p in out.parent.iterdir()] == [out.name]  # no temporary folder left behind
 
 
+def test_a_gguf_rewritten_in_place_is_converted_again(fake_gguf, tmp_path, monkeypatch):
+    """The converted folder is named by the file's content (knowtrace_train.io.model_identity), not its size."""
+    monkeypatch.setenv(models.CACHE_ENV, str(tmp_path / "home"))
+    gguf, calls = fake_gguf
+    out = resolve_model(gguf, cache_dir=tmp_path / "cache")
+    gguf.write_bytes(b"GGUF-placeholdeR")  # other bytes, the same size
+    again = resolve_model(gguf, cache_dir=tmp_path / "cache")
+    assert again != out and len(calls) == 2 and again.name.startswith("tiny.Q4_1-")
+
+
+
+def test_an_alias_is_identified_by_the_gguf_file_its_package_ships(tmp_path, monkeypatch):
+    """What caches key a configured model by (TRACE's): an alias by its GGUF file's content, so an upgraded package
+    is another model; a hub id by its name."""
+    from knowtrace_train.io import model_identity
+
+    monkeypatch.setenv(models.CACHE_ENV, str(tmp_path / "home"))
+    gguf = tmp_path / "pkg" / "model.gguf"
+    gguf.parent.mkdir()
+    gguf.write_bytes(b"GGUF-v1")
+    monkeypatch.setattr(models, "package_gguf", lambda package: gguf)
+    first = models.configured_model_identity("smollm2-135m")
+    assert first == model_identity(gguf) != {"hub_id": "smollm2-135m"}
+    gguf.write_bytes(b"GGUF-v2")
+    assert models.configured_model_identity("smollm2-135m") != first
+    assert models.configured_model_identity("owner/name") == {"hub_id": "owner/name"}
+
+
 def test_failed_conversion_leaves_nothing_behind(fake_gguf, tmp_path, monkeypatch):
     from transformers import PreTrainedModel
 

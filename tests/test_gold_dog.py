@@ -18,6 +18,7 @@ from knowtrace_train.methods.dog.gold import (
     STORE_ERROR,
     TOO_MANY_HOPS,
     UNREADABLE_STEP,
+    answer_try_span,
     dog_gold_records,
     dog_gold_trajectories,
 )
@@ -100,6 +101,27 @@ def test_gold_walk_call_by_call_and_dog_s_parser_reads_each_back():
     assert traj.prediction == "Castelbrun" and traj.stop_reason == "answered" and traj.meta["gold"]
     assert res.stats["records"] == {"relation": 2, "answer_try": 2, "expert": 1, "critic": 1, "linguist": 1, "fallback": 0}
     assert res.stats["tokens_all"] == sum(len(t.split()) for t in texts) and res.stats["fa_ratio"] is None
+
+
+def test_answer_try_records_mark_their_decision_and_weigh_balanced_per_label():
+    """Each answer try's " Yes" / " No" is a marked decision (kind answer_try), counted per label; with a
+    decision_weight the labels weigh alike in training however many records each has (a 2-hop walk says No once,
+    every walk Yes once)."""
+    from knowtrace_train.decisions import decision_weights
+
+    born = one_hop(1, "Where was Odile Farrant born?", ("Odile Farrant", "born in", "Castelbrun"))
+    res = gold(items=(ITEM, born))
+    assert res.stats["trajectories"] == 2
+    tries = res.records_by_role["answer_try"]
+    assert [(r["completion"], r["decision"]) for r in tries] == [
+        (" No", {"kind": "answer_try", "label": "No", "start": 0, "end": 3}),
+        (" Yes\nAnswer: Castelbrun", {"kind": "answer_try", "label": "Yes", "start": 0, "end": 4}),
+        (" Yes\nAnswer: Castelbrun", {"kind": "answer_try", "label": "Yes", "start": 0, "end": 4})]
+    assert res.stats["decisions"] == {"answer_try": {"No": 1, "Yes": 2}}
+    assert all("decision" not in r for k in KINDS if k != "answer_try" for r in res.records_by_role[k])
+    weights = decision_weights(tries, 4.0)
+    assert weights == [6.0, 3.0, 3.0]  # w * n / (labels * n_label): No 6 in all, Yes 6 in all
+    assert answer_try_span("", " Nobody") is None and answer_try_span(" No", "") is None
 
 
 def test_method_entry_exemplars_debate_rounds_and_the_tail_answer():

@@ -113,10 +113,14 @@ def test_the_gold_trajectory_of_a_two_hop_item_record_by_record(real_tokenizer):
     assert [traj.graph.triplets[i].triplet for i in chain.triples] == [T1, T2] and chain.ended == "stop"
     assert traj.meta["chains"] == [chain.to_dict()]
 
-    # reader: TRACE-Triple's context (the chain's triples), the answer after "Answer:"
-    (ans,) = recs["answer"]
+    # reader: TRACE-Triple's context (the chain's triples), the answer after "Answer:"; then the added record: the
+    # prompt without a context block the reader gets when every chain is empty, the same answer
+    ans, bare = recs["answer"]
     assert ans["prompt"] == render_reader_prompt(Q, "<Zentor; founded by; Odile Farrant>\n<Odile Farrant; born in; Castelbrun>")
     assert ans["completion"] == " Castelbrun" and clean_answer(ans["completion"]) == "Castelbrun"
+    assert bare["prompt"] == render_reader_prompt(Q, None) and "Context" not in bare["prompt"]
+    assert bare["completion"] == " Castelbrun" and bare["role"] == "answer" and bare["iteration"] == 0
+    assert bare["added"] == "reader_without_context" and "added" not in ans
     assert traj.prediction == "Castelbrun" and traj.stop_reason == "answered" and traj.meta["gold"] and traj.em == 1.0
 
     # the other item: one step to its triple, then stop; its KG records are the same documents' (a
@@ -124,23 +128,38 @@ def test_the_gold_trajectory_of_a_two_hop_item_record_by_record(real_tokenizer):
     assert [r["completion"] for r in by_item(res.records_by_role["select"], "w3")] == [" B", " A"]
     assert {r["prompt"] for r in by_item(res.records_by_role["kg"], "w3")} <= {r["prompt"] for r in kg}
     # the statistics: tokens counted by the real tokenizer, the stops
-    assert res.stats["records"] == {"answer": 2, "kg": 5, "select": 5} and res.stats["stop_records"] == 2
+    assert res.stats["records"] == {"answer": 4, "kg": 5, "select": 5} and res.stats["stop_records"] == 2
+    assert res.stats["added_records"] == {"stop_exhausted": 0, "stop_at_length": 0, "reader_without_context": 2}
     assert res.stats["tokens_all"] == sum(count(r["completion"]) for v in res.records_by_role.values() for r in v)
     assert res.stats["fa_ratio"] is None and res.stats["tokens_filtered"] == 0 and res.stats["mode"] == "gold"
 
 
-def test_a_chain_that_exhausts_its_graph_has_no_stop_record_and_the_doc_reader_reads_its_documents():
-    # ITEM alone: its graph holds its two triples only, so nothing is left to offer after the second
+def test_a_chain_that_ends_without_a_stop_step_gets_one_added_and_the_doc_reader_reads_its_documents():
+    # ITEM alone: its graph holds its two triples only, so nothing is left to offer after the second: the engine's
+    # chain ends exhausted, and a stop record is added after the whole gold chain (no other graph: no distractor)
     res = gold(items=[ITEM])
-    assert [r["completion"] for r in res.records_by_role["select"]] == [" C", " B"]
-    assert res.trajectories[0].meta["chains"][0]["ended"] == "exhausted" and res.stats["stop_records"] == 0
+    assert res.trajectories[0].meta["chains"][0]["ended"] == "exhausted"
+    sel = res.records_by_role["select"]
+    assert [r["completion"] for r in sel] == [" C", " B", " A"] and res.stats["stop_records"] == 1
+    assert sel[-1]["prompt"] == render_select_prompt(Q, [T1, T2], []) and sel[-1]["trajectory_id"] == "w2#gold"
+    assert res.stats["added_records"] == {"stop_exhausted": 1, "stop_at_length": 0, "reader_without_context": 1}
+    assert res.stats["records"] == {"answer": 2, "kg": 2, "select": 3}
+    # L = 2: the chain reaches L without a stop step; the added stop offers the other item's triple (its graph's)
+    res = gold(config=TraceConfig(documents=4, chain_length=2))
+    assert next(t for t in res.trajectories if t.id == "w2#gold").meta["chains"][0]["ended"] == "length"
+    w2 = by_item(res.records_by_role["select"], "w2")
+    assert [r["completion"] for r in w2] == [" C", " B", " A"]
+    assert w2[-1]["prompt"] == render_select_prompt(Q, [T1, T2], [T3])
+    assert res.stats["added_records"]["stop_at_length"] == 1 and res.stats["stop_records"] == 2
     # TRACE-Doc: the reader's context is the documents of the chain's triples
     res = gold(items=[ITEM], config=TraceConfig(documents=4, reader="doc"))
-    (ans,) = res.records_by_role["answer"]
+    ans, bare = res.records_by_role["answer"]
+    assert bare["prompt"] == render_reader_prompt(Q, None)
     assert "Title: Zentor" in ans["prompt"] and "Title: Odile Farrant" in ans["prompt"] and "Harlow" not in ans["prompt"]
     # the readers without chains: the answer alone (no KG, no selector record kinds)
     res = gold(items=[ITEM], config=TraceConfig(documents=4, reader="all_docs"))
     assert set(res.records_by_role) == {"answer"} and res.records_by_role["answer"][0]["completion"] == " Castelbrun"
+    assert len(res.records_by_role["answer"]) == 1 and res.stats["added_records"] == {}
     assert "Harlow Press" in res.records_by_role["answer"][0]["prompt"]
 
 
@@ -200,7 +219,7 @@ def test_the_method_entry_gives_a_rationale_and_follows_fewshot():
                          count_tokens=words, iteration=3)
     assert res.stats["trajectories"] == 2 and set(res.records_by_role) == {"answer", "kg", "select"}
     assert all(r["iteration"] == 3 for v in res.records_by_role.values() for r in v)
-    assert [r["completion"] for r in res.records_by_role["answer"]] == [" Castelbrun", " Doravia"]
+    assert [r["completion"] for r in res.records_by_role["answer"]] == [" Castelbrun", " Doravia"] * 2  # + no context
 
 
 # -- the bootstrap and one STaR iteration on the tiny model ----------------------------------------------

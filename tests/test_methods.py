@@ -7,12 +7,13 @@ method: a config class, a strategy, a Method entry and one `register` line.
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from knowtrace_train.config import ConfigError, load_config
+from knowtrace_train.config import ConfigError, dump_config, load_config
 from knowtrace_train.data.loaders import load_items
 from knowtrace_train.evaluate import EvalConfig, evaluate, load_eval_config
 from knowtrace_train.generation.base import Completion, GenerationRequest, request_seed
@@ -206,7 +207,19 @@ def test_backtracing_is_refused_for_a_method_without_it(direct):
     cfg = load_config(SelfTrainConfig, None, ["--strategy.name", "direct", "--mode", "star"])
     assert cfg.mode == "star"
     with pytest.raises(ConfigError, match=r"mode must be one of \['star', 'kto', 'grpo'\] for method 'direct'"):
-        load_config(SelfTrainConfig, None, ["--strategy.name", "direct"])
+        load_config(SelfTrainConfig, None, ["--strategy.name", "direct", "--mode", "backtrace"])
+
+
+def test_no_mode_named_is_the_methods_own_rationalizer(direct, caplog):
+    """A run that names no mode learns with its method's first rationalizer (STaR, backtracing for KnowTrace), said in
+    the log; the config written to the run folder holds the mode chosen."""
+    with caplog.at_level(logging.INFO, logger="knowtrace_train.selftrain.config"):
+        cfg = load_config(SelfTrainConfig, None, ["--strategy.name", "direct"])
+    assert cfg.mode == "star" and "method 'direct' learns with its own rationalizer, mode 'star'" in caplog.text
+    assert load_config(SelfTrainConfig, None, []).mode == "backtrace"
+    for name in ("trace", "dog", "mintqa_dynamic", "self_ask"):
+        assert load_config(SelfTrainConfig, None, ["--strategy.name", name]).mode == "star"
+    assert "mode: star" in dump_config(cfg)
 
 
 def test_register_refuses_a_second_method_of_the_same_name(direct):

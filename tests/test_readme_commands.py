@@ -268,8 +268,8 @@ def _recipe_problems(script: str, args: list[str]) -> list[str]:
     mode = next((args[i + 1] for i, a in enumerate(args[:-1]) if a == "--mode"), None)
     for name in names:
         selected = [] if name is None else ["--strategy.name", name]
-        # the mode is checked against the method (KnowTrace's backtrace is the default): the command's, else one
-        # that every method takes
+        # the mode is checked against the method: the command's, else none (each method's own rationalizer), else
+        # one that every method takes
         modes = [[]] if cls.__name__ != "SelfTrainConfig" else [["--mode", mode]] if mode in MODES else [[], ["--mode", "star"]]
         config, error = None, None
         for m in modes:

@@ -10,7 +10,8 @@ pytest.importorskip("faiss")
 
 from knowtrace_train.data.schema import Passage, passage_id  # noqa: E402
 from knowtrace_train.retrieval import RetrievalError, RetrieverConfig, build_retriever  # noqa: E402
-from knowtrace_train.retrieval.dense import DenseRetriever, default_encoder_path, encoder_identity  # noqa: E402
+from knowtrace_train.io import model_identity  # noqa: E402
+from knowtrace_train.retrieval.dense import DenseRetriever, default_encoder_path  # noqa: E402
 
 
 def P(title: str, text: str) -> Passage:
@@ -67,10 +68,29 @@ def test_embeddings_are_cached_and_reloaded_memory_mapped(dense, encoder_dir):
     assert again.search(q, 3) == dense.search(q, 3)
 
 
-def test_the_cache_key_follows_the_encoder(tmp_path, encoder_dir):
-    assert encoder_identity("sentence-transformers/all-MiniLM-L6-v2") == {"hub_id": "sentence-transformers/all-MiniLM-L6-v2"}
-    ident = encoder_identity(str(encoder_dir))
-    assert ident["path"] == str(encoder_dir.resolve()) and len(ident["files"]) == 64
+def test_the_cache_key_follows_the_encoder_s_content(tmp_path, encoder_dir, monkeypatch):
+    """The embeddings are cached under the encoder's content (knowtrace_train.io.model_identity): an encoder retrained
+    in place, its weight file rewritten at the same path, gets fresh embeddings, not the old encoder's."""
+    import shutil
+
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    monkeypatch.setenv("KNOWTRACE_CACHE", str(tmp_path / "home"))
+    assert model_identity("sentence-transformers/all-MiniLM-L6-v2") == {"hub_id": "sentence-transformers/all-MiniLM-L6-v2"}
+    enc = shutil.copytree(encoder_dir, tmp_path / "encoder")
+    assert model_identity(enc) == model_identity(encoder_dir)  # a copy is the same encoder
+    before = DenseRetriever(CORPUS, encoder=str(enc), cache_dir=tmp_path / "cache")
+    assert DenseRetriever(CORPUS, encoder=str(enc), cache_dir=tmp_path / "cache").index_dir == before.index_dir
+    weights = load_file(enc / "model.safetensors")
+    torch.manual_seed(1)
+    save_file({k: v + 0.05 * torch.randn_like(v) if v.is_floating_point() else v for k, v in weights.items()},
+              enc / "model.safetensors", metadata={"format": "pt"})
+    after = DenseRetriever(CORPUS, encoder=str(enc), cache_dir=tmp_path / "cache")
+    assert after.index_dir != before.index_dir
+    fresh = np.load(after.index_dir / "embeddings.npy")
+    assert not np.allclose(fresh, np.load(before.index_dir / "embeddings.npy"))
+    assert np.allclose(fresh, after._encode_passages(), atol=1e-5)  # what the retrained encoder computes
 
 
 def test_the_factory_builds_the_default_offline_encoder(tmp_path, encoder_dir):

@@ -15,6 +15,7 @@ from knowtrace_train.config import ConfigError, load_config
 from knowtrace_train.data.schema import Passage, QAItem, passage_id
 from knowtrace_train.evaluate import EvalConfig
 from knowtrace_train.generation.base import Completion, GenerationError, OptionScorer, OptionScores
+from knowtrace_train.io import model_identity
 from knowtrace_train.kg import TracedTriplet, Triplet
 from knowtrace_train.methods import get_method
 from knowtrace_train.methods.trace import Trace, TraceConfig
@@ -149,6 +150,44 @@ def test_kg_generator_batches_documents_and_caches_them_by_content(tmp_path):
         f.write_text("{not json")
     fresh = KGGenerator(role="kg", demonstrations=2, max_triples=8, max_new_tokens=64, seed=0, cache=cache, encoder=toy_encoder)
     assert fresh.run([DOCS[1]], gen)[DOCS[1].id].triples[0] == Triplet("Oslo", "country", "Norway")
+
+
+def test_a_model_retrained_in_place_gets_fresh_triples_and_scores(tmp_path, monkeypatch, real_tokenizer):
+    """Both TRACE caches name the model by its files' content (generator_identity -> knowtrace_train.io.model_identity):
+    a model retrained at the same path, its weights other but of the same sizes, is served its own outputs, never the
+    old model's (they were keyed by the weight files' sizes, and were)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from conftest import tiny_model
+    from knowtrace_train.generation import GeneratorConfig, build_generator
+    from knowtrace_train.methods.trace.kg_generator import generator_identity
+
+    monkeypatch.setenv("KNOWTRACE_CACHE", str(tmp_path / "home"))
+    folder = tiny_model(tmp_path / "model", real_tokenizer)
+    config = GeneratorConfig(model=str(folder), device="cpu", dtype="float32", progress=False)
+    cache = ContentCache(tmp_path / "kg")
+
+    def triples(cache):
+        kg = KGGenerator(role="kg", demonstrations=0, max_triples=8, max_new_tokens=6, seed=0, cache=cache, encoder=None)
+        with build_generator(config) as gen:
+            return kg, {pid: d.output for pid, d in kg.run(list(DOCS), gen).items()}, generator_identity(gen, "kg")
+
+    kg, old, old_identity = triples(cache)
+    assert kg.generated == 3 and triples(cache)[0].generated == 0  # cached
+    sizes = {p.name: p.stat().st_size for p in folder.iterdir()}
+    model = AutoModelForCausalLM.from_pretrained(folder)
+    torch.manual_seed(1)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p))
+    model.save_pretrained(folder)  # "retrained": the same files, the same sizes, other weights
+    assert {p.name: p.stat().st_size for p in folder.iterdir()} == sizes
+    kg, new, new_identity = triples(cache)
+    assert new_identity != old_identity and kg.generated == 3  # nothing served from the old model's entries
+    assert new == triples(ContentCache(None))[1] and new != old  # what the retrained model writes, uncached
+    # the selector's score cache keys by the same identity (engine._score)
+    assert new_identity["model"] == model_identity(folder) and new_identity["model"] != old_identity["model"]
 
 
 def test_a_failing_document_is_recorded_and_the_others_go_on(tmp_path):

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import hashlib
 import importlib.util
 import logging
 import os
@@ -19,7 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from knowtrace_train.generation.base import GenerationError
-from knowtrace_train.io import CACHE_ENV, atomic_dir, cache_home  # noqa: F401  (CACHE_ENV: the variable's name)
+from knowtrace_train.io import CACHE_ENV, atomic_dir, cache_home, model_identity  # noqa: F401  (CACHE_ENV: the variable's name)
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +46,18 @@ def package_gguf(package: str) -> Path:
     if not found:
         raise GenerationError(f"no .gguf file inside the package {package!r}")
     return found[0]
+
+
+def configured_model_identity(name_or_path: str | os.PathLike) -> dict:
+    """`knowtrace_train.io.model_identity` of a model as a config names it: an alias by the GGUF file its package
+    ships (an upgraded package is another model), anything else as it is."""
+    name = str(name_or_path)
+    if name in ALIASES:
+        try:
+            return model_identity(package_gguf(ALIASES[name]))
+        except GenerationError:
+            pass
+    return model_identity(name)
 
 
 def is_model_folder(path: Path) -> bool:
@@ -125,9 +136,9 @@ def _download(repo_id: str, cache: str | os.PathLike | None) -> Path:
 
 
 def converted_dir(gguf: Path, cache: str | os.PathLike | None = None) -> Path:
-    """Where the conversion of `gguf` lives: named after the file and a hash of its size and path."""
-    st = gguf.stat()
-    key = hashlib.sha256(f"{gguf.resolve()}|{st.st_size}".encode()).hexdigest()[:12]
+    """Where the conversion of `gguf` lives: named after the file and its content (`model_identity`, hashed once and
+    kept in the cache home), so a GGUF file rewritten at the same path, the same size or not, is converted again."""
+    key = model_identity(gguf)["sha256"][:12]
     return cache_dir(cache) / "models" / f"{gguf.stem}-{key}"
 
 

@@ -3,17 +3,17 @@ passage embeddings cached by corpus content and encoder."""
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import json
 import logging
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Sequence
 
 import numpy as np
 
 from knowtrace_train.data.schema import Passage
 from knowtrace_train.errors import import_extra
+from knowtrace_train.io import model_identity
 from knowtrace_train.retrieval.base import RetrievalError, ScoredPassage, check_search_args, passage_text
 from knowtrace_train.retrieval.cache import build_once, cache_key, corpus_fingerprint, resolve_cache_dir
 
@@ -36,22 +36,6 @@ def default_encoder_path() -> Path:
     if not (path / "config.json").exists():
         raise RetrievalError(f"the {DEFAULT_ENCODER_PACKAGE} package has no model files in {path}; reinstall it")
     return path
-
-
-def encoder_identity(encoder: str) -> dict[str, Any]:
-    """What names an encoder in the cache key: for a local folder, its resolved path, its
-    configuration files and the sizes of its weight files; for a hub id, the id."""
-    path = Path(encoder).expanduser()
-    if not path.is_dir():
-        return {"hub_id": encoder}
-    h = hashlib.sha256()
-    for name in sorted(p.name for p in path.iterdir()):
-        f = path / name
-        if f.is_file() and name.endswith(".json"):
-            h.update(name.encode() + b"\0" + f.read_bytes())
-        elif f.is_file():
-            h.update(f"{name}:{f.stat().st_size}".encode())
-    return {"path": str(path.resolve()), "files": h.hexdigest()}
 
 
 class DenseRetriever:
@@ -86,7 +70,7 @@ class DenseRetriever:
             embeddings = self._encode_passages()
             self.index_dir: Path | None = None
         else:
-            settings = {"format": EMBEDDINGS_FORMAT, "encoder": encoder_identity(self.encoder_name), "normalize": normalize}
+            settings = {"format": EMBEDDINGS_FORMAT, "encoder": model_identity(self.encoder_name), "normalize": normalize}
             key = cache_key(corpus_fingerprint(self.passages), settings)
             self.index_dir = build_once(root / "dense" / key, self._encode_into)
             embeddings = np.load(self.index_dir / "embeddings.npy", mmap_mode="r")

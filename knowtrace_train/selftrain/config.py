@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,8 @@ from knowtrace_train.selftrain.beside import check_beside
 from knowtrace_train.train.config import GRPOSettings, KTOSettings, gradient_accumulation_for, launched_processes
 from knowtrace_train.train.lora import LoraTrainConfig, check_qlora
 from knowtrace_train.train.precision import training_device
+
+log = logging.getLogger(__name__)
 
 BOOTSTRAP_MODES = ("auto", "always", "never")
 #: The section of a run folder's config.yaml that records the launch (not a SelfTrainConfig key).
@@ -191,11 +194,12 @@ class SelfTrainConfig:
     )
     output_dir: str | None = field(default=None, metadata={"help": "the run folder (None: runs/<name>)"})
     iterations: int = field(default=2, metadata={"help": "Z, self-training iterations"})
-    mode: str = field(
-        default="backtrace",
+    mode: str | None = field(
+        default=None,
         metadata={"help": "what an iteration learns: 'backtrace' (SFT on the calls backtracing keeps, KnowTrace*), 'star' "
                           "(SFT on correct trajectories whole), 'kto' (KTO: kept calls desirable, `kto.undesirable` ones not) "
-                          "or 'grpo' (policy steps on every call with its trajectory's group-relative advantage, `grpo.*`)"},
+                          "or 'grpo' (policy steps on every call with its trajectory's group-relative advantage, `grpo.*`); "
+                          "null: the method's own rationalizer (backtrace for KnowTrace, star for the others), logged"},
     )
     fewshot_trained: bool = field(
         default=False,
@@ -282,6 +286,9 @@ class SelfTrainConfig:
         if self.iterations < 0:
             raise ValueError(f"iterations must be >= 0, got {self.iterations}")
         rationalizers = get_method(self.strategy.name).rationalizers()
+        if self.mode is None:  # none named: the method's own (first) rationalizer; a named one is checked below
+            self.mode = next(iter(rationalizers))
+            log.info("mode: none given; method %r learns with its own rationalizer, mode %r", self.strategy.name, self.mode)
         modes = [*rationalizers, *TRAINER_MODES]
         if self.mode not in modes:
             raise ValueError(f"mode must be one of {modes} for method {self.strategy.name!r}, got {self.mode!r}")

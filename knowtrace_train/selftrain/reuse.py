@@ -36,7 +36,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from knowtrace_train.config import config_to_dict
 from knowtrace_train.errors import installed_version
-from knowtrace_train.io import atomic_dir, cache_home, write_json
+from knowtrace_train.io import atomic_dir, cache_home, model_identity, write_json
 
 log = logging.getLogger(__name__)
 
@@ -63,20 +63,6 @@ def digest(obj: Any) -> str:
     """SHA-256 of `obj` as canonical JSON (sorted keys)."""
     blob = json.dumps(obj, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str)
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()
-
-
-def model_identity(folder: str | Path) -> dict[str, Any]:
-    """A model folder as a key sees it: its resolved path and every top-level file's size and
-    modification time (a rewritten or re-converted model is another model; hashing a model's
-    gigabytes on every run would cost more than it saves)."""
-    folder = Path(folder).resolve()
-    files = {}
-    if folder.is_dir():
-        for p in sorted(folder.iterdir()):
-            if p.is_file():
-                st = p.stat()
-                files[p.name] = [st.st_size, st.st_mtime_ns]
-    return {"path": str(folder), "files": files}
 
 
 @functools.lru_cache(maxsize=1)

@@ -41,7 +41,11 @@ under its reason, never raised on, where:
 
 A walked hop needs no other support check: its triple is one the store filled and the prompts showed.
 The records are the STaR records of these trajectories (methods/star.py), every call kept
-(methods/gold_records.py).
+(methods/gold_records.py). Each answer-try record marks its decision (knowtrace_train/decisions.py: kind
+`answer_try`, label Yes or No, the span " Yes" / " No"), so that training with `decision_weight` weighs the
+labels balanced (each label's records together as much as the other's): a walk of n hops gives n - 1 " No"
+and one " Yes", and unweighted the merged M0 learned the labels' proportion, not the evidence. The statistics'
+`decisions` count the records per label.
 """
 
 from __future__ import annotations
@@ -53,6 +57,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from knowtrace_train.data.schema import QAItem
+from knowtrace_train.decisions import decision_counts, mark_decision
 from knowtrace_train.kg_store import GraphStore, KGStoreError
 from knowtrace_train.methods.dog.config import ANSWER_TRY, CRITIC, FALLBACK, RELATION, DoGConfig
 from knowtrace_train.methods.dog.engine import DoG, _Job, _State
@@ -260,6 +265,25 @@ def dog_gold_trajectories(config: DoGConfig, items: Iterable[QAItem], *, fewshot
 def dog_gold_records(config: DoGConfig, items: Iterable[QAItem], retriever: Retriever | None = None, *,
                      store: GraphStore | None = None, **keywords: Any) -> GoldRecords:
     """The records of DoG's gold trajectories of `items` over the graph `config.graph` names (or `store`)
-    (`keywords`: those of methods/gold_records.py's `gold_records`, `record_kinds` among them). The retriever
-    is not read (DoG answers over its graph)."""
-    return gold_records(config.name, functools.partial(dog_gold_trajectories, config, store=store), items, **keywords)
+    (`keywords`: those of methods/gold_records.py's `gold_records`, `record_kinds` among them), each answer try's
+    decision marked; the statistics' `decisions` count them per label. The retriever is not read (DoG answers
+    over its graph)."""
+    res = gold_records(config.name, functools.partial(dog_gold_trajectories, config, store=store), items, **keywords)
+    for rec in res.records_by_role.get(ANSWER_TRY, []):
+        span = answer_try_span(rec.get("prefix", ""), rec["completion"])
+        if span is not None:
+            mark_decision(rec, ANSWER_TRY, *span)
+    res.stats["decisions"] = decision_counts([r for v in res.records_by_role.values() for r in v])
+    return res
+
+
+def answer_try_span(prefix: str, completion: str) -> tuple[str, int, int] | None:
+    """(label, start, end) of the answer try's " Yes" or " No" at the start of its completion (characters of
+    `completion`); None where it states neither, or a prefix was fed."""
+    if prefix:  # DoG feeds no prefix to an answer try
+        return None
+    for label in ("Yes", "No"):
+        word = " " + label
+        if completion.startswith(word) and (len(completion) == len(word) or not completion[len(word)].isalnum()):
+            return label, 0, len(word)
+    return None

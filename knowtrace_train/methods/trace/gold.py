@@ -22,7 +22,19 @@ are the engine's (the item's contexts, else the retriever's top `documents` for 
 The records are the STaR records of these trajectories (methods/star.py), under the calls' kinds: each
 KG call whose document states a gold triple (`kg`), each selector step with its gold letter as the
 output (`select`: " B", " A"; the engine records an empty output, as it scores rather than decodes), and
-the reader (`answer`). An item is skipped, counted under its reason, where:
+the reader (`answer`). Two kinds of record the engine's run does not make are added to each gold trajectory
+with a chain reader (`meta["gold_added"]`; each record's `added` names its reason, and the statistics'
+`added_records` count them per reason):
+
+    stop_exhausted / stop_at_length   the chain ended without a stop step (its graph had nothing left to
+                  offer, or it reached L triples): a selector record " A" after the whole gold chain, its
+                  options the ranker's top K of the call's other gold trajectories' graph triples (the
+                  distractors a bigger graph offers; none where there are none), so the selector learns to
+                  stop where the gold chain ends
+    reader_without_context   the reader's prompt without a context block (what it gets when every chain
+                  is empty) and the gold answer
+
+An item is skipped, counted under its reason, where:
 
     no_chain / no_chain_entity  the item has no gold chain (HotpotQA), or a hop without an entity
     too_many_hops               the chain has more triples than `chain_length` (L)
@@ -52,7 +64,8 @@ from knowtrace_train.methods.gold_chain import NO_CHAIN, NO_CHAIN_ENTITY, UNSUPP
 from knowtrace_train.methods.gold_chain import mentions, passage_words, states
 from knowtrace_train.methods.gold_records import GOLD_ID_SUFFIX, TOO_MANY_HOPS, UNREADABLE_STEP, GoldRecords
 from knowtrace_train.methods.gold_records import GoldTally, GoldTrajectories, gold_records, words
-from knowtrace_train.methods.trace.config import SELECT, STRATEGY_NAME, TraceConfig
+from knowtrace_train.methods.trace.chains import EXHAUSTED, LENGTH
+from knowtrace_train.methods.trace.config import ANSWER, SELECT, STRATEGY_NAME, TraceConfig
 from knowtrace_train.methods.trace.engine import Trace, _Question, clean_answer
 from knowtrace_train.methods.trace.kg_generator import parse_triples
 from knowtrace_train.methods.trace.prompts import (
@@ -60,9 +73,11 @@ from knowtrace_train.methods.trace.prompts import (
     READER_INSTRUCTION,
     SELECT_INSTRUCTION,
     render_document,
+    render_reader_prompt,
+    render_select_prompt,
     render_triple,
 )
-from knowtrace_train.methods.trace.ranker import Encoder
+from knowtrace_train.methods.trace.ranker import Encoder, TripleRanker, chain_query, top_candidates
 from knowtrace_train.metrics import exact_match, normalize_answer
 from knowtrace_train.retrieval.base import Retriever
 from knowtrace_train.trajectory import Trajectory
@@ -72,6 +87,9 @@ NOT_IN_CANDIDATES = "not_in_candidates"
 SKIP_REASONS = (NO_CHAIN, NO_CHAIN_ENTITY, TOO_MANY_HOPS, UNREADABLE_STEP, UNSUPPORTED_HOP, NOT_IN_CANDIDATES)
 #: the option that ends a chain
 STOP_LETTER = "A"
+#: the records added beside the engine's (module docstring), by reason
+STOP_EXHAUSTED, STOP_AT_LENGTH, READER_WITHOUT_CONTEXT = "stop_exhausted", "stop_at_length", "reader_without_context"
+ADDED_REASONS = (STOP_EXHAUSTED, STOP_AT_LENGTH, READER_WITHOUT_CONTEXT)
 
 
 @dataclass(frozen=True)
@@ -347,28 +365,76 @@ def trace_gold_trajectories(config: TraceConfig, items: Iterable[QAItem], retrie
             supported_golds.append(g)
     passages = {p.id: p for docs in documents.values() for p in docs}
     outputs = {kg_prompt_key(passages[pid]): kg_output(ts[: config.max_triples]) for pid, ts in triples.items()}
+    kept: list[tuple[Trajectory, GoldItem]] = []
     for batch in _batches(supported_golds, batch_size):
         model = GoldModel(batch, outputs, count)
         for g, traj in zip(batch, engine.run([g.item for g in batch], model, memo)):
             why = _verify(traj, g, config, model.failures.get(g.item.id))
             if why is None:
                 _write_letters(traj, count)
+                kept.append((traj, g))
             tally.add(traj, g.item, why)
+    if config.uses_chains:
+        _add_records(kept, config, TripleRanker(engine.encoder))
     return tally.result()
+
+
+def _add_records(kept: Sequence[tuple[Trajectory, GoldItem]], config: TraceConfig, ranker: TripleRanker) -> None:
+    """Each kept trajectory's added records (module docstring) in its `meta["gold_added"]`: {"role", "prompt",
+    "completion", "reason"}."""
+    pool: dict[tuple[str, str, str], Triplet] = {}
+    for traj, _ in kept:
+        for t in traj.graph.triplets:
+            pool.setdefault(t.triplet.key(), t.triplet)
+    triples = list(pool.values())
+    embeddings = ranker.encode_triples(triples) if triples else None
+    for traj, g in kept:
+        added = []
+        ended = (traj.meta.get("chains") or [{}])[0].get("ended")
+        if ended in (EXHAUSTED, LENGTH):
+            chain = {t.key() for t in g.triples}
+            candidates: list[Triplet] = []
+            if embeddings is not None:
+                (row,) = ranker.encoder([chain_query(g.item.question, g.triples)])
+                exclude = [i for i, t in enumerate(triples) if t.key() in chain]
+                candidates = [triples[i] for i in top_candidates(embeddings @ row, exclude, config.candidates)]
+            added.append({"role": SELECT, "prompt": render_select_prompt(g.item.question, g.triples, candidates),
+                          "completion": f" {STOP_LETTER}", "reason": STOP_EXHAUSTED if ended == EXHAUSTED else STOP_AT_LENGTH})
+        reader = next((c for c in reversed(traj.calls) if c.role == ANSWER), None)
+        if reader is not None and reader.output.strip():
+            added.append({"role": ANSWER, "prompt": render_reader_prompt(g.item.question, None),
+                          "completion": reader.output, "reason": READER_WITHOUT_CONTEXT})
+        traj.meta["gold_added"] = added
 
 
 def trace_gold_records(config: TraceConfig, items: Iterable[QAItem], retriever: Retriever, *,
                        encoder: Encoder | None = None, **keywords: Any) -> GoldRecords:
     """The records of TRACE's gold trajectories of `items` (`keywords`: those of methods/gold_records.py's
     `gold_records`, `record_kinds` among them), and in the statistics `stop_records`: the selector records
-    that stop the chain (" A"; a chain whose graph has nothing left to offer after its last triple, or that
-    reaches L triples, ends without one)."""
+    that stop the chain (" A", the engine's and the added ones), and `added_records`: the records added beside
+    the engine's, per reason (module docstring)."""
     run = functools.partial(trace_gold_trajectories, config, retriever=retriever, encoder=encoder)
     res = gold_records(STRATEGY_NAME, run, items, **keywords)
+    count = keywords.get("count_tokens") or words
+    iteration = keywords.get("iteration", 0)
+    added = {r: 0 for r in ADDED_REASONS} if config.uses_chains else {}
+    for traj in res.trajectories:
+        for a in traj.meta.get("gold_added", []):
+            res.records_by_role.setdefault(a["role"], []).append(
+                {"prompt": a["prompt"], "prefix": "", "completion": a["completion"], "role": a["role"],
+                 "trajectory_id": traj.id, "iteration": iteration if iteration is not None else traj.iteration,
+                 "added": a["reason"]})
+            added[a["reason"]] += 1
+            tokens = count(a["completion"])
+            res.stats["tokens_all"] += tokens
+            role = res.stats["roles"].setdefault(a["role"], {"tokens_all": 0, "tokens_filtered": 0, "fa_ratio": None})
+            role["tokens_all"] += tokens
+    res.stats["records"] = {k: len(v) for k, v in res.records_by_role.items()}
+    res.stats["added_records"] = added
     res.stats["stop_records"] = sum(r["completion"] == f" {STOP_LETTER}" for r in res.records_by_role.get(SELECT, []))
     return res
 
 
-__all__ = ["GOLD_ID_SUFFIX", "GoldItem", "GoldModel", "NOT_IN_CANDIDATES", "SKIP_REASONS",
+__all__ = ["ADDED_REASONS", "GOLD_ID_SUFFIX", "GoldItem", "GoldModel", "NOT_IN_CANDIDATES", "SKIP_REASONS",
            "TOO_MANY_HOPS", "UNREADABLE_STEP", "document_triples", "gold_config", "kg_output",
            "kg_prompt_key", "reads_back", "trace_gold_records", "trace_gold_trajectories"]

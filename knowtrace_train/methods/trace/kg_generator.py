@@ -21,7 +21,8 @@ import numpy as np
 
 from knowtrace_train.data.schema import Passage
 from knowtrace_train.generation.base import GenerationError, GenerationRequest, Generator
-from knowtrace_train.io import atomic_write_text, cache_home
+from knowtrace_train.generation.models import configured_model_identity
+from knowtrace_train.io import atomic_write_text, cache_home, model_identity
 from knowtrace_train.kg import Triplet
 from knowtrace_train.methods.trace.prompts import KG_STOP, LABELLED_DOCUMENTS, PROMPT_VERSION, LabelledDocument, render_kg_prompt
 from knowtrace_train.methods.trace.ranker import Encoder
@@ -140,17 +141,15 @@ def default_cache(enabled: bool, cache_dir: str | None, kind: str = "kg") -> Con
 
 
 def generator_identity(generator: Generator, role: str) -> dict[str, Any]:
-    """What names the model that writes a document's triples: the model (a local folder by its
-    configuration files and weight sizes), the role's adapter and the prompt format; a generator
-    without a GeneratorConfig (a scripted one) by its class."""
-    from knowtrace_train.retrieval.dense import encoder_identity
-
+    """What names the model that writes a document's triples or scores a selector step: the model (a local folder by
+    its files' content, `knowtrace_train.io.model_identity`, as every cache names a model; an alias by its GGUF
+    file), the role's adapter the same way and the prompt format; a generator without a GeneratorConfig (a scripted one) by its class."""
     config = getattr(generator, "config", None)
     model = getattr(config, "model", None)
     if not isinstance(model, str):
         return {"generator": type(generator).__qualname__}
     adapter = (getattr(config, "adapters", None) or {}).get(role)
-    return {"model": encoder_identity(model), "adapter": None if adapter is None else encoder_identity(adapter),
+    return {"model": configured_model_identity(model), "adapter": None if adapter is None else model_identity(adapter),
             "prompt_format": getattr(config, "prompt_format", None)}
 
 
