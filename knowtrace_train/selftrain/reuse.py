@@ -19,6 +19,14 @@ replaced), never used. On a hit the run folder still gets its files (the JSONL f
 hard-linked, no extra disk, or where links cannot be made m0.json points at the cache folder) and the
 stage's DONE marker says `"reused_from": "<cache folder>"`. Under several processes the main process
 decides hit or miss and tells the others; only it reads and writes the cache.
+
+Runs side by side (the STaR comparison beside the backtracing run, with one cache home) share an entry
+through its lock, `<cache home>/runs/locks/<stage>/<key[:24]>.lock`: an OS file lock (flock) that a run
+holds from its lookup until it has stored what it computed, or copied what it reused. A run that needs an
+entry another live run holds waits for it (logging every `KNOWTRACE_REUSE_WAIT_LOG_S` seconds, 60 by
+default, which run holds it: its folder, pid, host and since when) and then reuses it; the kernel releases
+the lock of a process that dies, so a killed run's lock is simply taken and its stage computed anew. An
+entry is removed or replaced only under its lock, so no reader sees it half-written or being replaced.
 """
 
 from __future__ import annotations
@@ -29,7 +37,10 @@ import json
 import logging
 import os
 import shutil
+import socket
 import tempfile
+import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -43,6 +54,10 @@ log = logging.getLogger(__name__)
 #: the cache home's folder for stage outputs
 CACHE_FOLDER = "runs"
 KEY_FILE = "key.json"
+#: the folder under the cache's root that holds one lock file per entry (kept apart: a stage's folder lists entries only)
+LOCKS = "locks"
+#: how often (seconds) a run waiting for an entry that another run computes says so
+WAIT_LOG_ENV = "KNOWTRACE_REUSE_WAIT_LOG_S"
 #: part of every key: raise it when what a stage stores changes in a way its inputs do not show
 FORMAT = 1
 
@@ -144,11 +159,108 @@ class Entry:
         return dict(json.loads((self.path / KEY_FILE).read_text(encoding="utf-8")).get("info") or {})
 
 
+class EntryLock:
+    """An exclusive OS file lock (flock) on one cache entry, held by one process at a time; the kernel releases
+    it when its holder exits or dies. The holder writes who it is into the lock file (a JSON object: run, pid,
+    host, since) for the runs that wait; the file itself is never removed (removing it would let two runs
+    lock two different files of one name)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.fd: int | None = None
+
+    def holder(self) -> str:
+        """Who holds the lock, as its file says (or "a run that has not said who it is yet")."""
+        try:
+            who = json.loads(self.path.read_text(encoding="utf-8"))
+            return f"run {who['run']} (pid {who['pid']} on {who['host']}, since {who['since']})"
+        except (OSError, ValueError, KeyError, TypeError):
+            return "a run that has not said who it is yet"
+
+    def acquire(self, label: str, made_by: str | Path, poll: float = 0.2) -> float:
+        """Take the lock, waiting while another process holds it; the seconds waited."""
+        import fcntl
+
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        every = float(os.environ.get(WAIT_LOG_ENV) or 60)
+        t0 = last = time.monotonic()
+        said = False
+        try:
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    now = time.monotonic()
+                    if not said or now - last >= every:
+                        log.info("%s: %s is computing it; waiting for it (%.0f s so far, lock %s)",
+                                 label, self.holder(), now - t0, self.path)
+                        said, last = True, now
+                    time.sleep(poll)
+            me = {"run": str(made_by), "pid": os.getpid(), "host": socket.gethostname(),
+                  "since": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), "stage": label}
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, (json.dumps(me) + "\n").encode("utf-8"), 0)
+        except BaseException:
+            os.close(fd)  # closing drops a lock taken just before
+            raise
+        self.fd = fd
+        waited = time.monotonic() - t0
+        if said:
+            log.info("%s: the other run is done with it after %.0f s of waiting", label, waited)
+        return waited
+
+    def release(self) -> None:
+        if self.fd is None:
+            return
+        import fcntl
+
+        fd, self.fd = self.fd, None
+        try:
+            os.ftruncate(fd, 0)  # nobody's
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        finally:
+            os.close(fd)
+
+
 class ReuseCache:
     """Stage outputs by content key under `root` (<cache home>/runs)."""
 
     def __init__(self, root: str | Path | None = None) -> None:
         self.root = Path(root) if root is not None else cache_home() / CACHE_FOLDER
+        self._held: dict[Path, list] = {}  # entry folder -> [its lock, how many claims of this process]
+        self._held_lock = threading.Lock()  # the evaluation beside the rollouts claims from another thread
+
+    def lock_path(self, entry: Entry) -> Path:
+        return self.root / LOCKS / entry.stage / f"{entry.path.name}.lock"
+
+    def claim(self, entry: Entry, label: str, made_by: str | Path) -> None:
+        """Hold `entry`'s lock (waiting while another run holds it) until `release(entry)`; claims of one
+        process nest (a second claim of an entry this process holds does not wait for itself)."""
+        with self._held_lock:
+            held = self._held.get(entry.path)
+            if held is not None:
+                held[1] += 1
+                return
+        lock = EntryLock(self.lock_path(entry))
+        lock.acquire(label, made_by)
+        with self._held_lock:
+            self._held[entry.path] = [lock, 1]
+
+    def release(self, entry: Entry | None) -> None:
+        """Give up a claim of `entry` (nothing where it holds none)."""
+        if entry is None:
+            return
+        with self._held_lock:
+            held = self._held.get(entry.path)
+            if held is None:
+                return
+            held[1] -= 1
+            if held[1] > 0:
+                return
+            del self._held[entry.path]
+        held[0].release()
 
     def entry(self, stage: str, inputs: Mapping[str, Any]) -> Entry:
         # as JSON reads it back (tuples as lists), so that key.json's inputs compare equal
@@ -323,7 +435,9 @@ class Reuse:
 
     def reuse_lookup(self, stage: str, inputs: Callable[[], Mapping[str, Any] | None], label: str):
         """(entry, the cached figures or None), decided on the main process and told to the others (whose
-        entry is None); (None, None) with reuse off or where `inputs()` is None (not shareable)."""
+        entry is None); (None, None) with reuse off or where `inputs()` is None (not shareable). The main
+        process then holds the entry's lock (waiting first while another run holds it) until the caller's
+        `reuse_release(entry)`: after storing what it computed, or copying what it reused."""
         cache = self.reuse_cache
         if cache is None:
             return None, None
@@ -332,10 +446,20 @@ class Reuse:
             got = inputs()
             if got is not None:
                 entry = cache.entry(stage, got)
-                cached = cache.lookup(entry, label)
+                cache.claim(entry, label, self.run_dir)
+                try:
+                    cached = cache.lookup(entry, label)
+                except BaseException:
+                    cache.release(entry)
+                    raise
                 if cached is not None:
                     log.info("reused %s from %s", label, entry.path)
         return entry, self.procs.broadcast(cached)
+
+    def reuse_release(self, entry: Entry | None) -> None:
+        """The end of a `reuse_lookup`'s claim (on the main process; nothing elsewhere or with reuse off)."""
+        if entry is not None and self._reuse_cache is not None:
+            self._reuse_cache.release(entry)
 
     def served_from_cache(self, stage: str, inputs: Callable[[], Mapping[str, Any] | None]) -> bool:
         """Whether `reusable_stage` would take the stage from the cache (looked at only: nothing logged or removed)."""
@@ -352,22 +476,23 @@ class Reuse:
         stage is not shareable (a model with adapters)."""
         def run() -> dict[str, Any]:
             entry, cached = self.reuse_lookup(stage, inputs, f"{folder.name}/{name}")
-            if cached is not None:
-                if self.procs.is_main:
-                    from knowtrace_train.selftrain.rollout import parts_dir
+            try:
+                if cached is not None:
+                    if self.procs.is_main:
+                        from knowtrace_train.selftrain.rollout import parts_dir
 
-                    for f in files:
-                        copy_file(entry.path / f, folder / f)
-                        shutil.rmtree(parts_dir(folder / f), ignore_errors=True)  # a killed attempt's chunks
-                return reused(cached, entry.path if entry else None, self.procs)
-            import time
-
-            t0 = time.perf_counter()
-            info = dict(body() or {})
-            info.setdefault("seconds", round(time.perf_counter() - t0, 3))
-            if entry is not None:
-                self.reuse_cache.store(entry, {f: folder / f for f in files}, info, self.run_dir)
-            return info
+                        for f in files:
+                            copy_file(entry.path / f, folder / f)
+                            shutil.rmtree(parts_dir(folder / f), ignore_errors=True)  # a killed attempt's chunks
+                    return reused(cached, entry.path if entry else None, self.procs)
+                t0 = time.perf_counter()
+                info = dict(body() or {})
+                info.setdefault("seconds", round(time.perf_counter() - t0, 3))
+                if entry is not None:
+                    self.reuse_cache.store(entry, {f: folder / f for f in files}, info, self.run_dir)
+                return info
+            finally:
+                self.reuse_release(entry)
 
         return self.stages.run(folder, name, run)
 
