@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from knowtrace_train.errors import LaunchError
 from knowtrace_train.io import write_json
 
 log = logging.getLogger(__name__)
@@ -53,7 +54,7 @@ class Processes:
         state = PartialState(cpu=not torch.cuda.is_available())
         procs = cls(rank=state.process_index, world=state.num_processes)
         if procs.world != world:
-            raise RuntimeError(
+            raise LaunchError(
                 f"launched as {world} processes (WORLD_SIZE) but accelerate sees {procs.world} "
                 f"({state.distributed_type}); refusing to run them as independent writers of one run folder")
         log.info("process %d of %d (%s, backend %s)", procs.rank, procs.world, state.distributed_type, state.backend)

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from knowtrace_train.config import config_to_dict
+from knowtrace_train.errors import RunError
 from knowtrace_train.io import write_json
 from knowtrace_train.selftrain.models import ModelState, bootstrapped_m0, read_records, recorded_m0_path, run_relative
 from knowtrace_train.selftrain.reuse import link_tree, reused
@@ -95,7 +96,7 @@ class Bootstrap:
                 train_info[adapter] = self.stages.run(folder, f"train_{adapter}", body)
             trained = [a for a, t in train_info.items() if t.get("records", 0) > 0]
             if not trained:
-                raise ValueError(f"bootstrap: no gold trajectory could be built from {len(self.questions.bootstrap)} "
+                raise RunError(f"bootstrap: no gold trajectory could be built from {len(self.questions.bootstrap)} "
                                  f"train questions ({gold.get('skipped')}); set bootstrap.mode: never or check the data")
             if cached is not None:
                 merge = self.stages.run(folder, "merge", lambda: self._reuse_m0(folder, entry, cached))
@@ -106,7 +107,7 @@ class Bootstrap:
             self.reuse_release(entry)
         state = self.m0_state(bootstrapped=True)
         if not (Path(state.model) / "config.json").is_file():
-            raise ValueError(f"M0 of this run, {state.model} (m0.json), is gone or incomplete (a cleared reuse "
+            raise RunError(f"M0 of this run, {state.model} (m0.json), is gone or incomplete (a cleared reuse "
                              f"cache?); remove {folder / 'DONE.merge'} and the train_* markers beside it to rebuild it")
 
         def finish(ev: dict[str, Any] | None) -> dict[str, Any]:

@@ -21,8 +21,8 @@ stage's DONE marker says `"reused_from": "<cache folder>"`. Under several proces
 decides hit or miss and tells the others; only it reads and writes the cache.
 
 Runs side by side (the STaR comparison beside the backtracing run, with one cache home) share an entry
-through its lock, `<cache home>/runs/locks/<stage>/<key[:24]>.lock`: an OS file lock (flock) that a run
-holds from its lookup until it has stored what it computed, or copied what it reused. A run that needs an
+through its lock, `<cache home>/runs/locks/<stage>/<key[:24]>.lock` (selftrain/entry_lock.py): an OS file
+lock (flock) that a run holds from its lookup until it has stored what it computed, or copied what it reused. A run that needs an
 entry another live run holds waits for it (logging every `KNOWTRACE_REUSE_WAIT_LOG_S` seconds, 60 by
 default, which run holds it: its folder, pid, host and since when) and then reuses it; the kernel releases
 the lock of a process that dies, so a killed run's lock is simply taken and its stage computed anew. An
@@ -37,7 +37,6 @@ import json
 import logging
 import os
 import shutil
-import socket
 import tempfile
 import threading
 import time
@@ -48,6 +47,7 @@ from typing import Any, Callable, Mapping, Sequence
 from knowtrace_train.config import config_to_dict
 from knowtrace_train.errors import installed_version
 from knowtrace_train.io import atomic_dir, cache_home, write_json
+from knowtrace_train.selftrain.entry_lock import EntryLock
 
 log = logging.getLogger(__name__)
 
@@ -56,8 +56,6 @@ CACHE_FOLDER = "runs"
 KEY_FILE = "key.json"
 #: the folder under the cache's root that holds one lock file per entry (kept apart: a stage's folder lists entries only)
 LOCKS = "locks"
-#: how often (seconds) a run waiting for an entry that another run computes says so
-WAIT_LOG_ENV = "KNOWTRACE_REUSE_WAIT_LOG_S"
 #: part of every key: raise it when what a stage stores changes in a way its inputs do not show
 FORMAT = 1
 
@@ -157,71 +155,6 @@ class Entry:
     def info(self) -> dict[str, Any]:
         """The figures the stage recorded when it was computed."""
         return dict(json.loads((self.path / KEY_FILE).read_text(encoding="utf-8")).get("info") or {})
-
-
-class EntryLock:
-    """An exclusive OS file lock (flock) on one cache entry, held by one process at a time; the kernel releases
-    it when its holder exits or dies. The holder writes who it is into the lock file (a JSON object: run, pid,
-    host, since) for the runs that wait; the file itself is never removed (removing it would let two runs
-    lock two different files of one name)."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.fd: int | None = None
-
-    def holder(self) -> str:
-        """Who holds the lock, as its file says (or "a run that has not said who it is yet")."""
-        try:
-            who = json.loads(self.path.read_text(encoding="utf-8"))
-            return f"run {who['run']} (pid {who['pid']} on {who['host']}, since {who['since']})"
-        except (OSError, ValueError, KeyError, TypeError):
-            return "a run that has not said who it is yet"
-
-    def acquire(self, label: str, made_by: str | Path, poll: float = 0.2) -> float:
-        """Take the lock, waiting while another process holds it; the seconds waited."""
-        import fcntl
-
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        every = float(os.environ.get(WAIT_LOG_ENV) or 60)
-        t0 = last = time.monotonic()
-        said = False
-        try:
-            while True:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:
-                    now = time.monotonic()
-                    if not said or now - last >= every:
-                        log.info("%s: %s is computing it; waiting for it (%.0f s so far, lock %s)",
-                                 label, self.holder(), now - t0, self.path)
-                        said, last = True, now
-                    time.sleep(poll)
-            me = {"run": str(made_by), "pid": os.getpid(), "host": socket.gethostname(),
-                  "since": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), "stage": label}
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, (json.dumps(me) + "\n").encode("utf-8"), 0)
-        except BaseException:
-            os.close(fd)  # closing drops a lock taken just before
-            raise
-        self.fd = fd
-        waited = time.monotonic() - t0
-        if said:
-            log.info("%s: the other run is done with it after %.0f s of waiting", label, waited)
-        return waited
-
-    def release(self) -> None:
-        if self.fd is None:
-            return
-        import fcntl
-
-        fd, self.fd = self.fd, None
-        try:
-            os.ftruncate(fd, 0)  # nobody's
-            fcntl.flock(fd, fcntl.LOCK_UN)
-        finally:
-            os.close(fd)
 
 
 class ReuseCache:
