@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import logging
 import os
@@ -51,6 +52,15 @@ def iter_jsonl(
 
 def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
     return [obj for _, obj in iter_jsonl(path)]
+
+
+def file_sha256(path: str | Path, chunk: int = 1 << 20) -> str:
+    """SHA-256 of a file's bytes, read in 1 MiB chunks."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
 
 
 def atomic_write_text(path: str | Path, text: str) -> None:

@@ -129,3 +129,20 @@ def test_the_programs_own_errors_keep_their_traceback(monkeypatch, tmp_path):
     monkeypatch.setattr(selftrain, "run", bug)
     with pytest.raises(KeyError):
         selftrain.main(["--output_dir", str(tmp_path / "x")])
+
+
+@pytest.mark.slow
+def test_a_finished_stage_whose_file_was_corrupted_is_refused_in_one_line(tmp_path, tiny_model_dir):
+    """A run folder resumed after a finished stage's file changed (the same size: a size check would pass it):
+    refused, the file named, exit 2; removing the stage's marker, as the line says, redoes it."""
+    cmd = [str(REPO / "recipes" / "selftrain.py"),
+           *_selftrain_args(tmp_path, tiny_model_dir, "corrupt", **{"bootstrap.mode": "never"})]
+    assert _run(cmd, tmp_path).returncode == 0
+    trajs = tmp_path / "corrupt" / "base" / "eval.jsonl"
+    data = trajs.read_bytes()
+    i = data.index(b'"question": "') + len(b'"question": "')  # one letter of the first question's text
+    trajs.write_bytes(data[:i] + (b"Y" if data[i:i + 1] != b"Y" else b"Z") + data[i + 1:])
+    r = _run(cmd, tmp_path)
+    _assert_one_line(r, "run error", f"{trajs} no longer has the SHA-256 its marker recorded", "corrupt file")
+    (tmp_path / "corrupt" / "base" / "DONE.eval").unlink()  # the user's call, as the line says
+    assert _run(cmd, tmp_path).returncode == 0 and (tmp_path / "corrupt" / "base" / "DONE.eval").is_file()

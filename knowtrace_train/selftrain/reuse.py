@@ -10,11 +10,13 @@ redo them. With `reuse: true` (the default) each of them is looked up, before it
         eval.jsonl | probe.jsonl | rollouts.jsonl     the stage's file, as the run folder holds it
         model/, bootstrap_adapters/<a>/               M0 (and its merged adapters), for stage m0
         key.json                                      written last: key, stage, inputs, files (name ->
-                                                      bytes), info (the stage's figures), made_by
+                                                      bytes), sha256 (name -> SHA-256 of its bytes, taken
+                                                      as it is stored), info (the stage's figures), made_by
 
 (`<cache home>` is $KNOWTRACE_CACHE, else ~/.cache/knowtrace-train: `knowtrace_train.io.cache_home`).
 A hit needs a key.json whose key and inputs equal this run's and every file it lists present with its
-size; anything else is logged as a warning naming what is wrong and the stage is rebuilt (and the entry
+size and SHA-256 (a same-size corrupt or edited file is caught; checking reads each file once, which the
+stage then reads anyway: the trajectories copied, M0 loaded); anything else is logged as a warning naming what is wrong and the stage is rebuilt (and the entry
 replaced), never used. On a hit the run folder still gets its files (the JSONL files copied; M0's files
 hard-linked, no extra disk, or where links cannot be made m0.json points at the cache folder) and the
 stage's DONE marker says `"reused_from": "<cache folder>"`. Under several processes the main process
@@ -46,7 +48,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from knowtrace_train.config import config_to_dict
 from knowtrace_train.errors import installed_version
-from knowtrace_train.io import atomic_dir, cache_home, write_json
+from knowtrace_train.io import atomic_dir, cache_home, file_sha256, write_json
 from knowtrace_train.selftrain.entry_lock import EntryLock
 
 log = logging.getLogger(__name__)
@@ -150,6 +152,12 @@ class Entry:
                 return f"{rel} is missing"
             if p.stat().st_size != size:
                 return f"{rel} has {p.stat().st_size} bytes, {KEY_FILE} says {size}"
+        sums = saved.get("sha256")
+        if not isinstance(sums, dict) or set(sums) != set(files):
+            return f"its {KEY_FILE} lists no SHA-256 of every file"
+        for rel, want in sums.items():  # read once here; the run reads these files next anyway
+            if file_sha256(self.path / rel) != want:
+                return f"{rel} no longer has the SHA-256 {KEY_FILE} recorded (a corrupt or edited file)"
         return None
 
     def info(self) -> dict[str, Any]:
@@ -224,9 +232,12 @@ class ReuseCache:
             with atomic_dir(entry.path, done=KEY_FILE) as tmp:
                 for name, src in files.items():
                     copy_tree(Path(src), tmp / name, link)
-                manifest = {str(p.relative_to(tmp)): p.stat().st_size for p in sorted(tmp.rglob("*")) if p.is_file()}
+                stored = [p for p in sorted(tmp.rglob("*")) if p.is_file()]
+                manifest = {str(p.relative_to(tmp)): p.stat().st_size for p in stored}
+                sums = {str(p.relative_to(tmp)): file_sha256(p) for p in stored}  # once, as the entry is written
                 write_json(tmp / KEY_FILE, {"key": entry.key, "stage": entry.stage, "inputs": entry.inputs,
-                                            "files": manifest, "info": dict(info), "made_by": str(made_by)})
+                                            "files": manifest, "sha256": sums, "info": dict(info),
+                                            "made_by": str(made_by)})
         except OSError as e:
             log.warning("could not store %s in the reuse cache (%s): %s", entry.stage, entry.path, e)
             return False
