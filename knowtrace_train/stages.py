@@ -103,9 +103,16 @@ def is_done(folder: Path, stage: str) -> bool:
     return marker(folder, stage).is_file()
 
 
+def read_marker(folder: Path, stage: str) -> dict[str, Any]:
+    """The stage's marker as written: its figures and the SHA-256 of its files (`FILES_KEY`)."""
+    return json.loads(marker(folder, stage).read_text(encoding="utf-8"))
+
+
 def read_done(folder: Path, stage: str) -> dict[str, Any]:
     """What the stage recorded in its marker (its seconds and figures)."""
-    return json.loads(marker(folder, stage).read_text(encoding="utf-8"))
+    done = read_marker(folder, stage)
+    done.pop(FILES_KEY, None)
+    return done
 
 
 def mark_done(folder: Path, stage: str, info: dict[str, Any]) -> None:
@@ -157,13 +164,12 @@ class StageRunner:
         (plus its `seconds`)."""
         if is_done(folder, name):
             log.info("%s/%s: done already, skipped", folder.name, name)
-            done = read_done(folder, name)
             # the main process reads the files (once, not once per process) and tells the others
-            problem = self.procs.broadcast(changed_file(folder, name, done) if self.procs.is_main else None)
+            problem = self.procs.broadcast(changed_file(folder, name, read_marker(folder, name))
+                                           if self.procs.is_main else None)
             if problem is not None:
                 raise RunError(problem)
-            done.pop(FILES_KEY, None)
-            return done
+            return read_done(folder, name)
         log.info("%s/%s: starting", folder.name, name)
         before = folder_state(folder) if self.procs.is_main else {}
         t0 = time.perf_counter()

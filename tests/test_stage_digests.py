@@ -10,7 +10,7 @@ import json
 import pytest
 
 from knowtrace_train.errors import RunError, UserError
-from knowtrace_train.stages import FILES_KEY, StageRunner, read_done
+from knowtrace_train.stages import FILES_KEY, StageRunner, read_done, read_marker
 
 
 def _stage(folder):
@@ -29,7 +29,8 @@ def test_a_marker_records_what_its_stage_wrote_and_a_changed_file_is_refused(tmp
     (folder / "earlier.json").write_text("{}")  # there before the stage: not its file
     runner = StageRunner()
     assert runner.run(folder, "eval", _stage(folder)) == {"em": 0.5, "seconds": pytest.approx(0, abs=5)}
-    done = read_done(folder, "eval")
+    done = read_marker(folder, "eval")
+    assert FILES_KEY not in read_done(folder, "eval")  # the figures only
     assert done[FILES_KEY] == {"eval.jsonl": hashlib.sha256(b'{"q": 1}\n').hexdigest(),
                                "model/weights.safetensors": hashlib.sha256(b"w" * 64).hexdigest()}
     # a rerun skips it, its figures as before and without the record

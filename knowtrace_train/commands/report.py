@@ -30,9 +30,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--corpus", default=None, help="corpus JSONL for passage texts (a run's own is read from its config)")
     parser.add_argument("--title", default=None, help="page title")
     args = parser.parse_args(argv)
-    missing = [p for p in args.paths if not Path(p).exists()]
-    if missing:  # a typo: what is there but unfinished becomes a note on the page instead
-        raise UserError(f"no such run folder or trajectory file: {', '.join(missing)}")
+    if not any(Path(p).exists() for p in args.paths):  # a typo; a run not started yet beside others is a note on the page
+        raise UserError(f"no such run folder or trajectory file: {', '.join(args.paths)}")
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     figures = write_report(args.paths, args.out, data_files=args.data, corpus=args.corpus, title=args.title)
     print(f"wrote {figures['report']} ({figures['bytes'] / 1e6:.1f} MB): {figures['runs']} run(s)/file(s), "
