@@ -14,21 +14,21 @@ redo them. With `reuse: true` (the default) each of them is looked up, before it
                                                       as it is stored), info (the stage's figures), made_by
 
 (`<cache home>` is $KNOWTRACE_CACHE, else ~/.cache/knowtrace-train: `knowtrace_train.io.cache_home`).
-A hit needs a key.json whose key and inputs equal this run's and every file it lists present with its
-size and SHA-256 (a same-size corrupt or edited file is caught; checking reads each file once, which the
-stage then reads anyway: the trajectories copied, M0 loaded); anything else is logged as a warning naming what is wrong and the stage is rebuilt (and the entry
-replaced), never used. On a hit the run folder still gets its files (the JSONL files copied; M0's files
-hard-linked, no extra disk, or where links cannot be made m0.json points at the cache folder) and the
-stage's DONE marker says `"reused_from": "<cache folder>"`. Under several processes the main process
-decides hit or miss and tells the others; only it reads and writes the cache.
+A hit needs a key.json whose key and inputs equal this run's and every file it lists present with its size and
+SHA-256 (a same-size corrupt or edited file is caught; checking reads each file once, which the stage then
+reads anyway: the trajectories copied, M0 loaded); anything else is logged as a warning naming what is wrong
+and the stage is rebuilt (and the entry replaced), never used. On a hit the run folder still gets its files
+(the JSONL files copied; M0's files hard-linked, no extra disk, or where links cannot be made m0.json points
+at the cache folder) and the stage's DONE marker says `"reused_from": "<cache folder>"`. Under several
+processes the main process decides hit or miss and tells the others; only it reads and writes the cache.
 
-Runs side by side (the STaR comparison beside the backtracing run, with one cache home) share an entry
-through its lock, `<cache home>/runs/locks/<stage>/<key[:24]>.lock` (selftrain/entry_lock.py): an OS file
-lock (flock) that a run holds from its lookup until it has stored what it computed, or copied what it reused. A run that needs an
-entry another live run holds waits for it (logging every `KNOWTRACE_REUSE_WAIT_LOG_S` seconds, 60 by
-default, which run holds it: its folder, pid, host and since when) and then reuses it; the kernel releases
-the lock of a process that dies, so a killed run's lock is simply taken and its stage computed anew. An
-entry is removed or replaced only under its lock, so no reader sees it half-written or being replaced.
+Runs side by side (the STaR comparison beside the backtracing run, with one cache home) share an entry through
+its lock, `<cache home>/runs/locks/<stage>/<key[:24]>.lock` (selftrain/entry_lock.py): an OS file lock (flock)
+that a run holds from its lookup until it has stored what it computed, or copied what it reused. A run that
+needs an entry another live run holds waits for it (logging every `KNOWTRACE_REUSE_WAIT_LOG_S` seconds, 60 by
+default, which run holds it: its folder, pid, host and since when) and then reuses it; the kernel releases the
+lock of a process that dies, so a killed run's lock is simply taken and its stage computed anew. An entry is
+removed or replaced only under its lock, so no reader sees it half-written or being replaced.
 """
 
 from __future__ import annotations
