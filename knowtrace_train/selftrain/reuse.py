@@ -156,7 +156,11 @@ class Entry:
         if not isinstance(sums, dict) or set(sums) != set(files):
             return f"its {KEY_FILE} lists no SHA-256 of every file"
         for rel, want in sums.items():  # read once here; the run reads these files next anyway
-            if file_sha256(self.path / rel) != want:
+            try:
+                got = file_sha256(self.path / rel)
+            except OSError as e:  # removed meanwhile by a run that holds the entry's lock (served_from_cache peeks)
+                return f"{rel} cannot be read ({e.strerror})"
+            if got != want:
                 return f"{rel} no longer has the SHA-256 {KEY_FILE} recorded (a corrupt or edited file)"
         return None
 
