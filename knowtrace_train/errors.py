@@ -29,6 +29,21 @@ class UserError(Exception):
     label = "error"
 
 
+class RunError(UserError, ValueError):
+    """What the user gave turns out unworkable only once the run is under way: no gold trajectory in the
+    bootstrap's questions, a split with no question left, a run folder whose files were changed, a model
+    the run cannot train or merge. A ValueError too, as these were before they had a class."""
+
+    label = "run error"
+
+
+class LaunchError(UserError, RuntimeError):
+    """The processes were launched otherwise than the run can work with (torchrun's and accelerate's counts
+    disagree). A RuntimeError too, as it was before it had a class."""
+
+    label = "launch error"
+
+
 class MissingExtraError(UserError, ImportError):
     """A feature was chosen whose optional extra is not installed."""
 

@@ -31,6 +31,7 @@ from typing import Any, Callable, Sequence
 
 from knowtrace_train.data.corpus import CORPUS_SOURCES, CorpusConfig  # noqa: F401 - the eval config's section
 from knowtrace_train.data.schema import Passage, QAItem
+from knowtrace_train.errors import RunError
 from knowtrace_train.generation import GeneratorConfig, check_generator_installed
 from knowtrace_train.io import append_jsonl
 from knowtrace_train.methods import StrategyConfig, get_method, run_strategy
@@ -284,6 +285,8 @@ def load_eval_items(config: EvalConfig) -> tuple[list[QAItem], list[QAItem]]:
     d = config.dataset
     everything = load_items(d.path, d.format, dataset=d.dataset, split=d.split)
     selected = everything if d.limit is None else everything[: d.limit]
+    if not selected:
+        raise RunError(f"{d.path}: no question to evaluate (dataset.limit is {d.limit})")
     return selected, everything
 
 

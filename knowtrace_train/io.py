@@ -55,6 +55,15 @@ def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
     return [obj for _, obj in iter_jsonl(path)]
 
 
+def file_sha256(path: str | Path, chunk: int = 1 << 20) -> str:
+    """SHA-256 of a file's bytes, read in 1 MiB chunks."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
 def atomic_write_text(path: str | Path, text: str) -> None:
     """Write to a temporary file beside `path`, then rename: readers never see half a file."""
     path = Path(path)

@@ -2,7 +2,10 @@
 
 A stage is done when its marker `DONE.<stage>` exists in its folder; the marker is written (atomically)
 after every file of the stage, so a kill at any moment leaves either a finished stage or one that is
-redone from scratch (rollouts keep their finished chunks, see `rollout.py`). Under `torchrun` or
+redone from scratch (rollouts keep their finished chunks, see `rollout.py`). The marker records the
+SHA-256 of every file the stage wrote or changed in its folder (`"sha256": {path: digest}`, taken once as
+the marker is written); a finished stage whose file is gone or no longer has its digest (a crash's torn
+write, a person's edit, a full disk) is refused with the file named, never used. Under `torchrun` or
 `accelerate launch` every process walks the same stages; only the main process writes files, and all
 of them meet at a barrier after each stage so that they agree on what is done.
 """
@@ -17,11 +20,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from knowtrace_train.io import write_json
+from knowtrace_train.errors import LaunchError, RunError
+from knowtrace_train.io import file_sha256, write_json
 
 log = logging.getLogger(__name__)
 
 DONE_PREFIX = "DONE."
+#: a marker's record of the files its stage wrote: path in the folder -> SHA-256 of its bytes
+FILES_KEY = "sha256"
 
 
 # -- processes ------------------------------------------------------------------------------------
@@ -53,7 +59,7 @@ class Processes:
         state = PartialState(cpu=not torch.cuda.is_available())
         procs = cls(rank=state.process_index, world=state.num_processes)
         if procs.world != world:
-            raise RuntimeError(
+            raise LaunchError(
                 f"launched as {world} processes (WORLD_SIZE) but accelerate sees {procs.world} "
                 f"({state.distributed_type}); refusing to run them as independent writers of one run folder")
         log.info("process %d of %d (%s, backend %s)", procs.rank, procs.world, state.distributed_type, state.backend)
@@ -97,13 +103,53 @@ def is_done(folder: Path, stage: str) -> bool:
     return marker(folder, stage).is_file()
 
 
+def read_marker(folder: Path, stage: str) -> dict[str, Any]:
+    """The stage's marker as written: its figures and the SHA-256 of its files (`FILES_KEY`)."""
+    return json.loads(marker(folder, stage).read_text(encoding="utf-8"))
+
+
 def read_done(folder: Path, stage: str) -> dict[str, Any]:
     """What the stage recorded in its marker (its seconds and figures)."""
-    return json.loads(marker(folder, stage).read_text(encoding="utf-8"))
+    done = read_marker(folder, stage)
+    done.pop(FILES_KEY, None)
+    return done
 
 
 def mark_done(folder: Path, stage: str, info: dict[str, Any]) -> None:
     write_json(marker(folder, stage), info)
+
+
+def folder_state(folder: Path) -> dict[str, tuple[int, int, int]]:
+    """Every file under `folder` but markers and hidden (temporary) files: path -> (size, mtime, inode)."""
+    out = {}
+    if folder.is_dir():
+        for p in folder.rglob("*"):
+            rel = p.relative_to(folder)
+            if p.is_file() and not p.name.startswith(DONE_PREFIX) and not any(x.startswith(".") for x in rel.parts):
+                st = p.stat()
+                out[str(rel)] = (st.st_size, st.st_mtime_ns, st.st_ino)
+    return out
+
+
+def written_digests(folder: Path, before: dict[str, tuple[int, int, int]]) -> dict[str, str]:
+    """SHA-256 of each file under `folder` that is new or changed since `before` (`folder_state`)."""
+    after = folder_state(folder)
+    return {rel: file_sha256(folder / rel) for rel in sorted(after) if before.get(rel) != after[rel]}
+
+
+def changed_file(folder: Path, stage: str, done: dict[str, Any]) -> str | None:
+    """Why a finished stage's files cannot be used (None: each one its marker lists is there, same bytes)."""
+    for rel, want in (done.get(FILES_KEY) or {}).items():
+        p = folder / rel
+        if not p.is_file():
+            why = "is gone"
+        elif file_sha256(p) != want:
+            why = "no longer has the SHA-256 its marker recorded (a corrupt or edited file)"
+        else:
+            continue
+        return (f"{p} {why}: stage {folder.name}/{stage} finished with it, and the run will not go on from a changed "
+                f"file; restore it, or remove {marker(folder, stage)} to redo the stage")
+    return None
 
 
 @dataclass
@@ -118,12 +164,18 @@ class StageRunner:
         (plus its `seconds`)."""
         if is_done(folder, name):
             log.info("%s/%s: done already, skipped", folder.name, name)
+            # the main process reads the files (once, not once per process) and tells the others
+            problem = self.procs.broadcast(changed_file(folder, name, read_marker(folder, name))
+                                           if self.procs.is_main else None)
+            if problem is not None:
+                raise RunError(problem)
             return read_done(folder, name)
         log.info("%s/%s: starting", folder.name, name)
+        before = folder_state(folder) if self.procs.is_main else {}
         t0 = time.perf_counter()
         info = dict(body() or {})
         info.setdefault("seconds", round(time.perf_counter() - t0, 3))
         if self.procs.is_main:
-            mark_done(folder, name, info)
+            mark_done(folder, name, {**info, FILES_KEY: written_digests(folder, before)})
         self.procs.barrier()
         return info

@@ -151,7 +151,7 @@ def test_cli_exits_nonzero_naming_the_problem(run_dir, tmp_path, capsys):
     spec = importlib.util.spec_from_file_location("export_script", REPO / "scripts" / "export.py")
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
-    assert script.main([str(run_dir), "--iteration", "7"]) == 1
+    assert script.main([str(run_dir), "--iteration", "7"]) == 2  # a user's error: one line, exit 2 (exit 1 is a merged model that fails its check)
     assert "iteration 7 has no adapters" in capsys.readouterr().err
-    assert script.main([str(tmp_path)]) == 1
+    assert script.main([str(tmp_path)]) == 2
     assert "no iter_<z>/adapters/<role>/" in capsys.readouterr().err

@@ -98,6 +98,10 @@ def test_an_entry_is_used_only_with_its_key_json_and_every_file(tmp_path, caplog
     assert c.store(entry, {"model": src / "model", "eval.jsonl": src / "eval.jsonl"}, {"loss": 0.5}, "runs/a", link=True)
     saved = json.loads((entry.path / KEY_FILE).read_text())
     assert saved["files"] == {"eval.jsonl": 9, "model/weights.bin": 100} and saved["inputs"]["seed"] == 0
+    import hashlib
+
+    assert saved["sha256"] == {"eval.jsonl": hashlib.sha256(b'{"a": 1}\n').hexdigest(),
+                               "model/weights.bin": hashlib.sha256(b"w" * 100).hexdigest()}
     assert saved["made_by"] == "runs/a" and "package" in saved["inputs"]["code"]
     assert c.lookup(entry, "M0") == {"loss": 0.5}
     # same file system: the cache holds hard links, no second copy
@@ -115,6 +119,10 @@ def test_an_entry_is_used_only_with_its_key_json_and_every_file(tmp_path, caplog
     assert "model/weights.bin is missing" in broken(lambda: (entry.path / "model" / "weights.bin").unlink())
     # (replaced, not written in place: the entry's files are hard links to the run's, which no stage edits)
     assert "has 3 bytes" in broken(lambda: _replace(entry.path / "model" / "weights.bin", b"abc"))
+    # the same size, other bytes (a crash's torn write, a person's edit): caught by the SHA-256, rebuilt with a warning
+    said = broken(lambda: _replace(entry.path / "model" / "weights.bin", b"x" * 100))
+    assert "model/weights.bin no longer has the SHA-256 key.json recorded" in said and "rebuilding it" in said
+    assert "lists no SHA-256" in broken(lambda: kf.write_text(kf.read_text().replace('"sha256"', '"sums"')))
     assert f"no {KEY_FILE}" in broken(lambda: kf.unlink())
     assert "cannot be read" in broken(lambda: kf.write_text("{"))
     assert "other inputs" in broken(lambda: kf.write_text(kf.read_text().replace('"seed": 0', '"seed": 7')))

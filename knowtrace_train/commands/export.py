@@ -3,7 +3,8 @@
     python scripts/export.py runs/<name> [--iteration z] [--prompts 3] [--max-new-tokens 32]
 
 Writes runs/<name>/export/iter_<z>/<role>/ (merged model + tokenizer), .../adapters/<role>/ (copies) and
-.../export.json; exits 1 where a merged model's greedy outputs differ from the adapter model's.
+.../export.json; exits 1 where a merged model's greedy outputs differ from the adapter model's, 2 with one line
+on stderr where the run folder cannot be exported (no adapters, no M0, no such iteration).
 """
 
 from __future__ import annotations
@@ -13,9 +14,11 @@ import logging
 import sys
 from pathlib import Path
 
-from knowtrace_train.train.export import ExportError, export_run
+from knowtrace_train.errors import user_errors
+from knowtrace_train.train.export import ExportCheckError, export_run
 
 
+@user_errors
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("run", type=Path, help="the run folder (runs/<name>)")
@@ -29,7 +32,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         exports = export_run(args.run, args.iteration, n_prompts=args.prompts,
                              max_new_tokens=args.max_new_tokens, tie_tolerance=args.tie_tolerance)
-    except ExportError as e:
+    except ExportCheckError as e:  # the merge's check; a user's error (ExportError) is one line and exit 2
         print(f"export failed: {e}", file=sys.stderr)
         return 1
     for e in exports:

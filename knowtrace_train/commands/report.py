@@ -15,8 +15,9 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+from pathlib import Path
 
-from knowtrace_train.errors import user_errors
+from knowtrace_train.errors import UserError, user_errors
 from knowtrace_train.report_html import write_report
 
 
@@ -29,6 +30,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--corpus", default=None, help="corpus JSONL for passage texts (a run's own is read from its config)")
     parser.add_argument("--title", default=None, help="page title")
     args = parser.parse_args(argv)
+    if not any(Path(p).exists() for p in args.paths):  # a typo; a run not started yet beside others is a note on the page
+        raise UserError(f"no such run folder or trajectory file: {', '.join(args.paths)}")
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     figures = write_report(args.paths, args.out, data_files=args.data, corpus=args.corpus, title=args.title)
     print(f"wrote {figures['report']} ({figures['bytes'] / 1e6:.1f} MB): {figures['runs']} run(s)/file(s), "

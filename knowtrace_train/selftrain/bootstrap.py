@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from knowtrace_train.config import config_to_dict
+from knowtrace_train.errors import RunError
 from knowtrace_train.io import write_json
 from knowtrace_train.selftrain.models import (
     ModelState, bootstrapped_m0, read_records, read_thresholds, recorded_m0_path, run_relative)
@@ -87,26 +88,29 @@ class Bootstrap:
             # a run that has trained part of its M0 already finishes it
             if not (is_done(folder, "merge") or any(is_done(folder, f"train_{a}") for a in groups)):
                 entry, cached = self.reuse_lookup("m0", lambda: inputs, "M0 (iter_0/model)")
-        train_info = {}
-        for i, (adapter, recs) in enumerate(groups.items()):
+        try:  # the M0 entry's lock (taken by the lookup) is held until M0 is stored or linked
+            train_info = {}
+            for i, (adapter, recs) in enumerate(groups.items()):
+                if cached is not None:
+                    body = lambda a=adapter: reused(cached["train"].get(a, {}), entry.path if entry else None, self.procs)
+                else:
+                    body = lambda a=adapter, r=recs, i=i: self._train(folder, a, r, self.base_path, cfg.bootstrap.train,
+                                                                      seed=cfg.seed * 1000 + i, subdir=BOOTSTRAP_ADAPTERS)
+                train_info[adapter] = self.stages.run(folder, f"train_{adapter}", body)
+            trained = [a for a, t in train_info.items() if t.get("records", 0) > 0]
+            if not trained:
+                raise RunError(f"bootstrap: no gold trajectory could be built from {len(self.questions.bootstrap)} "
+                                 f"train questions ({gold.get('skipped')}); set bootstrap.mode: never or check the data")
             if cached is not None:
-                body = lambda a=adapter: reused(cached["train"].get(a, {}), entry.path if entry else None, self.procs)
+                merge = self.stages.run(folder, "merge", lambda: self._reuse_m0(folder, entry, cached))
             else:
-                body = lambda a=adapter, r=recs, i=i: self._train(folder, a, r, self.base_path, cfg.bootstrap.train,
-                                                                  seed=cfg.seed * 1000 + i, subdir=BOOTSTRAP_ADAPTERS)
-            train_info[adapter] = self.stages.run(folder, f"train_{adapter}", body)
-        trained = [a for a, t in train_info.items() if t.get("records", 0) > 0]
-        if not trained:
-            raise ValueError(f"bootstrap: no gold trajectory could be built from {len(self.questions.bootstrap)} "
-                             f"train questions ({gold.get('skipped')}); set bootstrap.mode: never or check the data")
-        if cached is not None:
-            merge = self.stages.run(folder, "merge", lambda: self._reuse_m0(folder, entry, cached))
-        else:
-            merge = self.stages.run(folder, "merge", lambda: self._merge(
-                folder, [folder / BOOTSTRAP_ADAPTERS / a for a in trained], entry, train_info))
+                merge = self.stages.run(folder, "merge", lambda: self._merge(
+                    folder, [folder / BOOTSTRAP_ADAPTERS / a for a in trained], entry, train_info))
+        finally:
+            self.reuse_release(entry)
         state = self.m0_state(bootstrapped=True)
         if not (Path(state.model) / "config.json").is_file():
-            raise ValueError(f"M0 of this run, {state.model} (m0.json), is gone or incomplete (a cleared reuse "
+            raise RunError(f"M0 of this run, {state.model} (m0.json), is gone or incomplete (a cleared reuse "
                              f"cache?); remove {folder / 'DONE.merge'} and the train_* markers beside it to rebuild it")
         state = self.calibrated(folder, state, cfg.strategy.seed)
 

@@ -21,6 +21,7 @@ from typing import Any, Sequence
 import yaml
 
 from knowtrace_train.config import config_to_dict
+from knowtrace_train.errors import RunError
 from knowtrace_train.io import atomic_write_text, write_json, write_jsonl
 from knowtrace_train.selftrain.config import SelfTrainConfig
 
@@ -52,7 +53,7 @@ def choose_point(results: Sequence[dict[str, Any]]) -> int:
         if em is not None and (best is None or em > best[1]):
             best = (i, em)
     if best is None:
-        raise ValueError("no grid point has a dev EM to choose by")
+        raise RunError("no grid point has a dev EM to choose by (every point's last model must be evaluated: eval_every)")
     return best[0]
 
 
@@ -81,7 +82,7 @@ def evaluate_on_test(config: SelfTrainConfig, run_dir: Path, out_dir: Path, *, p
     used = json.loads((run_dir / "questions.json").read_text(encoding="utf-8"))
     items, everything, used_by_run = select_test_items(config, {i for ids in used.values() for i in ids})
     if not items:
-        raise ValueError(f"data.test {config.data.test}: every question was used by the run; no test question left")
+        raise RunError(f"data.test {config.data.test}: every question was used by the run; no test question left")
     questions = out_dir / "questions.jsonl"
     write_jsonl(questions, [it.to_dict() for it in items])
     corpus = config_to_dict(config.data.corpus)

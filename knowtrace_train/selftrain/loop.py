@@ -51,6 +51,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from knowtrace_train import tracking
 from knowtrace_train.data.schema import Passage, QAItem
+from knowtrace_train.errors import RunError
 from knowtrace_train.evaluate import EvalConfig, evidence_check, load_corpus, summarize
 from knowtrace_train.io import write_json, write_jsonl
 from knowtrace_train.methods import Method, StrategyConfig, get_method
@@ -104,11 +105,11 @@ def select_questions(config: SelfTrainConfig, bootstrap: bool) -> Questions:
     n_cal = config.calibration.questions
     n_roll = d.train_questions if d.train_questions is not None else max(0, len(order) - n_boot - n_cal)
     if n_roll > len(order):
-        raise ValueError(f"data.train_questions is {n_roll} but {d.train} holds {len(order)} questions")
+        raise RunError(f"data.train_questions is {n_roll} but {d.train} holds {len(order)} questions")
     rollout = order[:n_roll]
     boot = order[n_roll : n_roll + n_boot]
     if bootstrap and not boot:
-        raise ValueError(f"{d.train}: no train question left for the bootstrap after {n_roll} rollout questions")
+        raise RunError(f"{d.train}: no train question left for the bootstrap after {n_roll} rollout questions")
     calibration = order[n_roll + n_boot : n_roll + n_boot + n_cal]
     if len(calibration) < n_cal:
         log.warning("calibration: %d of the %d questions asked are left in %s after the rollouts' and the "
@@ -116,6 +117,8 @@ def select_questions(config: SelfTrainConfig, bootstrap: bool) -> Questions:
     dev_order = list(dev)
     random.Random(d.seed + 1).shuffle(dev_order)
     dev_sel = dev_order if d.dev_questions is None else dev_order[: d.dev_questions]
+    if not dev_sel:
+        raise RunError(f"{d.dev}: no dev question to evaluate on (data.dev_questions is {d.dev_questions})")
     return Questions(rollout=rollout, bootstrap=boot, dev=dev_sel, all_items=train + dev, calibration=calibration)
 
 
@@ -265,7 +268,7 @@ class SelfTrain(Bootstrap, Calibration, Reuse, AdapterTraining, Evaluations):
             import json
 
             if json.loads(qfile.read_text(encoding="utf-8")) != ids:
-                raise ValueError(f"{qfile}: the data files now give other questions than this run used; "
+                raise RunError(f"{qfile}: the data files now give other questions than this run used; "
                                  "restore them or start a new run folder")
         elif self.procs.is_main:
             write_json(qfile, ids)

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
+from knowtrace_train.errors import RunError
 from knowtrace_train.io import iter_jsonl
 from knowtrace_train.methods import StrategyConfig, get_method
 from knowtrace_train.selftrain.config import SelfTrainConfig, read_run_config
@@ -98,7 +99,7 @@ def run_model(run_dir: str | Path, iteration: str | int) -> RunModel:
     run_dir = Path(run_dir)
     cfg_file = run_dir / "config.yaml"
     if not cfg_file.is_file():
-        raise ValueError(f"{run_dir}: not a self-training run folder (no config.yaml)")
+        raise RunError(f"{run_dir}: not a self-training run folder (no config.yaml)")
     config = read_run_config(cfg_file)
     base = ModelState(name="base", model=config.generator.model)
     if str(iteration) == "base":
@@ -107,20 +108,20 @@ def run_model(run_dir: str | Path, iteration: str | int) -> RunModel:
         done = sorted(int(p.name[5:]) for p in run_dir.glob("iter_*") if p.name[5:].isdigit()
                       and (p / "metrics.json").is_file())
         if not done:
-            raise ValueError(f"{run_dir}: no iteration has finished (no iter_<z>/metrics.json)")
+            raise RunError(f"{run_dir}: no iteration has finished (no iter_<z>/metrics.json)")
         iteration = done[-1]
     try:
         z = int(iteration)
     except ValueError:
-        raise ValueError(f"iteration must be base, last or an integer >= 0, got {iteration!r}") from None
+        raise RunError(f"iteration must be base, last or an integer >= 0, got {iteration!r}") from None
     if z < 0:
-        raise ValueError(f"iteration must be base, last or an integer >= 0, got {z}")
+        raise RunError(f"iteration must be base, last or an integer >= 0, got {z}")
     m0 = _m0_state(run_dir, config, base)
     state = m0
     for k in range(1, z + 1):
         metrics = run_dir / f"iter_{k}" / "metrics.json"
         if not metrics.is_file():
-            raise ValueError(f"{metrics}: iteration {k} of {run_dir} has not finished")
+            raise RunError(f"{metrics}: iteration {k} of {run_dir} has not finished")
         m = json.loads(metrics.read_text(encoding="utf-8"))
         adapters = {a: str(_in_run(run_dir, p)) for a, p in (m.get("adapters") or {}).items()}
         if m.get("status") == "empty" or not adapters:
@@ -154,7 +155,7 @@ def recorded_m0_path(run_dir: Path) -> Path | None:
 
 def _m0_state(run_dir: Path, config: SelfTrainConfig, base: ModelState) -> ModelState:
     if not (run_dir / "m0.json").is_file():
-        raise ValueError(f"{run_dir / 'm0.json'}: the run has no M0 yet")
+        raise RunError(f"{run_dir / 'm0.json'}: the run has no M0 yet")
     path = recorded_m0_path(run_dir)
     return base if path is None else bootstrapped_m0(config, path, read_thresholds(run_dir / "iter_0"))
 

@@ -10,15 +10,25 @@ redo them. With `reuse: true` (the default) each of them is looked up, before it
         eval.jsonl | probe.jsonl | rollouts.jsonl     the stage's file, as the run folder holds it
         model/, bootstrap_adapters/<a>/               M0 (and its merged adapters), for stage m0
         key.json                                      written last: key, stage, inputs, files (name ->
-                                                      bytes), info (the stage's figures), made_by
+                                                      bytes), sha256 (name -> SHA-256 of its bytes, taken
+                                                      as it is stored), info (the stage's figures), made_by
 
 (`<cache home>` is $KNOWTRACE_CACHE, else ~/.cache/knowtrace-train: `knowtrace_train.io.cache_home`).
-A hit needs a key.json whose key and inputs equal this run's and every file it lists present with its
-size; anything else is logged as a warning naming what is wrong and the stage is rebuilt (and the entry
-replaced), never used. On a hit the run folder still gets its files (the JSONL files copied; M0's files
-hard-linked, no extra disk, or where links cannot be made m0.json points at the cache folder) and the
-stage's DONE marker says `"reused_from": "<cache folder>"`. Under several processes the main process
-decides hit or miss and tells the others; only it reads and writes the cache.
+A hit needs a key.json whose key and inputs equal this run's and every file it lists present with its size and
+SHA-256 (a same-size corrupt or edited file is caught; checking reads each file once, which the stage then
+reads anyway: the trajectories copied, M0 loaded); anything else is logged as a warning naming what is wrong
+and the stage is rebuilt (and the entry replaced), never used. On a hit the run folder still gets its files
+(the JSONL files copied; M0's files hard-linked, no extra disk, or where links cannot be made m0.json points
+at the cache folder) and the stage's DONE marker says `"reused_from": "<cache folder>"`. Under several
+processes the main process decides hit or miss and tells the others; only it reads and writes the cache.
+
+Runs side by side (the STaR comparison beside the backtracing run, with one cache home) share an entry through
+its lock, `<cache home>/runs/locks/<stage>/<key[:24]>.lock` (selftrain/entry_lock.py): an OS file lock (flock)
+that a run holds from its lookup until it has stored what it computed, or copied what it reused. A run that
+needs an entry another live run holds waits for it (logging every `KNOWTRACE_REUSE_WAIT_LOG_S` seconds, 60 by
+default, which run holds it: its folder, pid, host and since when) and then reuses it; the kernel releases the
+lock of a process that dies, so a killed run's lock is simply taken and its stage computed anew. An entry is
+removed or replaced only under its lock, so no reader sees it half-written or being replaced.
 """
 
 from __future__ import annotations
@@ -30,19 +40,24 @@ import logging
 import os
 import shutil
 import tempfile
+import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from knowtrace_train.config import config_to_dict
 from knowtrace_train.errors import installed_version
-from knowtrace_train.io import atomic_dir, cache_home, model_identity, write_json
+from knowtrace_train.io import atomic_dir, cache_home, file_sha256, model_identity, write_json
+from knowtrace_train.selftrain.entry_lock import EntryLock
 
 log = logging.getLogger(__name__)
 
 #: the cache home's folder for stage outputs
 CACHE_FOLDER = "runs"
 KEY_FILE = "key.json"
+#: the folder under the cache's root that holds one lock file per entry (kept apart: a stage's folder lists entries only)
+LOCKS = "locks"
 #: part of every key: raise it when what a stage stores changes in a way its inputs do not show
 FORMAT = 1
 
@@ -123,6 +138,16 @@ class Entry:
                 return f"{rel} is missing"
             if p.stat().st_size != size:
                 return f"{rel} has {p.stat().st_size} bytes, {KEY_FILE} says {size}"
+        sums = saved.get("sha256")
+        if not isinstance(sums, dict) or set(sums) != set(files):
+            return f"its {KEY_FILE} lists no SHA-256 of every file"
+        for rel, want in sums.items():  # read once here; the run reads these files next anyway
+            try:
+                got = file_sha256(self.path / rel)
+            except OSError as e:  # removed meanwhile by a run that holds the entry's lock (served_from_cache peeks)
+                return f"{rel} cannot be read ({e.strerror})"
+            if got != want:
+                return f"{rel} no longer has the SHA-256 {KEY_FILE} recorded (a corrupt or edited file)"
         return None
 
     def info(self) -> dict[str, Any]:
@@ -135,6 +160,38 @@ class ReuseCache:
 
     def __init__(self, root: str | Path | None = None) -> None:
         self.root = Path(root) if root is not None else cache_home() / CACHE_FOLDER
+        self._held: dict[Path, list] = {}  # entry folder -> [its lock, how many claims of this process]
+        self._held_lock = threading.Lock()  # the evaluation beside the rollouts claims from another thread
+
+    def lock_path(self, entry: Entry) -> Path:
+        return self.root / LOCKS / entry.stage / f"{entry.path.name}.lock"
+
+    def claim(self, entry: Entry, label: str, made_by: str | Path) -> None:
+        """Hold `entry`'s lock (waiting while another run holds it) until `release(entry)`; claims of one
+        process nest (a second claim of an entry this process holds does not wait for itself)."""
+        with self._held_lock:
+            held = self._held.get(entry.path)
+            if held is not None:
+                held[1] += 1
+                return
+        lock = EntryLock(self.lock_path(entry))
+        lock.acquire(label, made_by)
+        with self._held_lock:
+            self._held[entry.path] = [lock, 1]
+
+    def release(self, entry: Entry | None) -> None:
+        """Give up a claim of `entry` (nothing where it holds none)."""
+        if entry is None:
+            return
+        with self._held_lock:
+            held = self._held.get(entry.path)
+            if held is None:
+                return
+            held[1] -= 1
+            if held[1] > 0:
+                return
+            del self._held[entry.path]
+        held[0].release()
 
     def entry(self, stage: str, inputs: Mapping[str, Any]) -> Entry:
         # as JSON reads it back (tuples as lists), so that key.json's inputs compare equal
@@ -165,9 +222,12 @@ class ReuseCache:
             with atomic_dir(entry.path, done=KEY_FILE) as tmp:
                 for name, src in files.items():
                     copy_tree(Path(src), tmp / name, link)
-                manifest = {str(p.relative_to(tmp)): p.stat().st_size for p in sorted(tmp.rglob("*")) if p.is_file()}
+                stored = [p for p in sorted(tmp.rglob("*")) if p.is_file()]
+                manifest = {str(p.relative_to(tmp)): p.stat().st_size for p in stored}
+                sums = {str(p.relative_to(tmp)): file_sha256(p) for p in stored}  # once, as the entry is written
                 write_json(tmp / KEY_FILE, {"key": entry.key, "stage": entry.stage, "inputs": entry.inputs,
-                                            "files": manifest, "info": dict(info), "made_by": str(made_by)})
+                                            "files": manifest, "sha256": sums, "info": dict(info),
+                                            "made_by": str(made_by)})
         except OSError as e:
             log.warning("could not store %s in the reuse cache (%s): %s", entry.stage, entry.path, e)
             return False
@@ -309,7 +369,9 @@ class Reuse:
 
     def reuse_lookup(self, stage: str, inputs: Callable[[], Mapping[str, Any] | None], label: str):
         """(entry, the cached figures or None), decided on the main process and told to the others (whose
-        entry is None); (None, None) with reuse off or where `inputs()` is None (not shareable)."""
+        entry is None); (None, None) with reuse off or where `inputs()` is None (not shareable). The main
+        process then holds the entry's lock (waiting first while another run holds it) until the caller's
+        `reuse_release(entry)`: after storing what it computed, or copying what it reused."""
         cache = self.reuse_cache
         if cache is None:
             return None, None
@@ -318,10 +380,20 @@ class Reuse:
             got = inputs()
             if got is not None:
                 entry = cache.entry(stage, got)
-                cached = cache.lookup(entry, label)
+                cache.claim(entry, label, self.run_dir)
+                try:
+                    cached = cache.lookup(entry, label)
+                except BaseException:
+                    cache.release(entry)
+                    raise
                 if cached is not None:
                     log.info("reused %s from %s", label, entry.path)
         return entry, self.procs.broadcast(cached)
+
+    def reuse_release(self, entry: Entry | None) -> None:
+        """The end of a `reuse_lookup`'s claim (on the main process; nothing elsewhere or with reuse off)."""
+        if entry is not None and self._reuse_cache is not None:
+            self._reuse_cache.release(entry)
 
     def served_from_cache(self, stage: str, inputs: Callable[[], Mapping[str, Any] | None]) -> bool:
         """Whether `reusable_stage` would take the stage from the cache (looked at only: nothing logged or removed)."""
@@ -338,22 +410,23 @@ class Reuse:
         stage is not shareable (a model with adapters)."""
         def run() -> dict[str, Any]:
             entry, cached = self.reuse_lookup(stage, inputs, f"{folder.name}/{name}")
-            if cached is not None:
-                if self.procs.is_main:
-                    from knowtrace_train.selftrain.rollout import parts_dir
+            try:
+                if cached is not None:
+                    if self.procs.is_main:
+                        from knowtrace_train.selftrain.rollout import parts_dir
 
-                    for f in files:
-                        copy_file(entry.path / f, folder / f)
-                        shutil.rmtree(parts_dir(folder / f), ignore_errors=True)  # a killed attempt's chunks
-                return reused(cached, entry.path if entry else None, self.procs)
-            import time
-
-            t0 = time.perf_counter()
-            info = dict(body() or {})
-            info.setdefault("seconds", round(time.perf_counter() - t0, 3))
-            if entry is not None:
-                self.reuse_cache.store(entry, {f: folder / f for f in files}, info, self.run_dir)
-            return info
+                        for f in files:
+                            copy_file(entry.path / f, folder / f)
+                            shutil.rmtree(parts_dir(folder / f), ignore_errors=True)  # a killed attempt's chunks
+                    return reused(cached, entry.path if entry else None, self.procs)
+                t0 = time.perf_counter()
+                info = dict(body() or {})
+                info.setdefault("seconds", round(time.perf_counter() - t0, 3))
+                if entry is not None:
+                    self.reuse_cache.store(entry, {f: folder / f for f in files}, info, self.run_dir)
+                return info
+            finally:
+                self.reuse_release(entry)
 
         return self.stages.run(folder, name, run)
 

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from knowtrace_train.data.schema import QAItem
+from knowtrace_train.errors import RunError
 from knowtrace_train.generation.base import Generator, request_seed
 from knowtrace_train.io import append_jsonl, write_jsonl
 from knowtrace_train.methods import StrategyConfig, get_method, run_strategy
@@ -101,7 +102,7 @@ def run_rollouts(
         whole = read_trajectories(out)
         if [key_of(t) for t in whole] == order:
             return whole
-        raise ValueError(f"{out} holds other questions (or another number of samples) than this stage's; "
+        raise RunError(f"{out} holds other questions (or another number of samples) than this stage's; "
                          "remove it to rerun the stage")
 
     parts = parts_dir(out)
@@ -111,7 +112,7 @@ def run_rollouts(
         for t in read_trajectories(part):
             k = key_of(t)
             if k not in wanted:
-                raise ValueError(f"{part} holds other questions (or another number of samples) than this stage's "
+                raise RunError(f"{part} holds other questions (or another number of samples) than this stage's "
                                  f"({t.question_id}); remove {parts} to rerun the stage")
             done.setdefault(k, t)
     method = get_method(strategy.name)

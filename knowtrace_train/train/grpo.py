@@ -31,6 +31,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from knowtrace_train.errors import RunError
 from knowtrace_train.train.config import (
     GRPOSettings,
     LoraTrainConfig,
@@ -356,14 +357,14 @@ def train_role_grpo(
     )
 
     if launched_processes() > 1:
-        raise ValueError("mode: grpo trains in one process (its rows are not sharded among processes yet); "
+        raise RunError("mode: grpo trains in one process (its rows are not sharded among processes yet); "
                          "launch without torchrun / accelerate's num_processes")
     trained = as_trained(config, 1)
     base_model_path, output_dir = Path(base_model_path), Path(output_dir)
     device, precision, why, tokenizer = training_setup(base_model_path, trained)
     encoded, skipped = encode_rows(tokenizer, rows, role, trained.prompt_format, trained.max_length)
     if not encoded:
-        raise ValueError(f"role {role}: no GRPO row can be trained on ({skipped} longer than max_length)")
+        raise RunError(f"role {role}: no GRPO row can be trained on ({skipped} longer than max_length)")
     steps = math.ceil(len(encoded) / grpo.batch_size)
     # the training record's batch: the policy steps' (grpo.batch_size rows per step, grpo's rate)
     as_run = dataclasses.replace(trained, per_device_batch_size=grpo.rows_per_pass,

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 from knowtrace_train.decisions import decision_of, decision_weights
-from knowtrace_train.errors import UserError, import_extra
+from knowtrace_train.errors import LaunchError, RunError, UserError, import_extra
 from knowtrace_train.generation.prepare import PROMPT_FORMATS
 from knowtrace_train.io import atomic_dir, iter_jsonl, write_json
 from knowtrace_train.train.config import LoraTrainConfig, as_trained, common_args, launched_processes, per_device_batch_for
@@ -306,7 +306,7 @@ def check_qlora(device: str) -> None:
     """QLoRA's 4-bit NF4 base needs bitsandbytes and a CUDA GPU: raise naming what is missing (before any work)."""
     import_extra("bitsandbytes", "qlora", "train.qlora: true")
     if device != "cuda":
-        raise ValueError(f"train.qlora: true needs a CUDA GPU (bitsandbytes 4-bit NF4), but training runs on {device}; "
+        raise RunError(f"train.qlora: true needs a CUDA GPU (bitsandbytes 4-bit NF4), but training runs on {device}; "
                          "set qlora: false on CPUs")
 
 
@@ -463,7 +463,7 @@ def train_measured(trainer, config: LoraTrainConfig, output_dir: Path, *, record
         trainer.add_callback(plateau)
     processes = trainer.accelerator.num_processes
     if processes != launched_processes():
-        raise RuntimeError(
+        raise LaunchError(
             f"accelerate runs {processes} processes but WORLD_SIZE says "
             f"{launched_processes()}: the accumulation would not give the effective batch the config names"
         )

@@ -7,6 +7,7 @@ import logging
 from pathlib import Path
 from typing import Sequence
 
+from knowtrace_train.errors import RunError
 from knowtrace_train.io import atomic_dir
 
 logger = logging.getLogger(__name__)
@@ -34,7 +35,7 @@ def merge_adapters_into_base(
             raise FileNotFoundError(f"{a}: not a PEFT adapter folder (no adapter_config.json)")
     config_file = base_path / "config.json"
     if config_file.is_file() and "quantization_config" in json.loads(config_file.read_text(encoding="utf-8")):
-        raise ValueError(f"{base_path} is a quantized checkpoint: merge the adapter into the unquantized base "
+        raise RunError(f"{base_path} is a quantized checkpoint: merge the adapter into the unquantized base "
                          "(a qlora adapter is trained on a 4-bit copy of it, never saved as one)")
     model = AutoModelForCausalLM.from_pretrained(str(base_path), dtype="auto")
     for a in adapters:
