@@ -187,7 +187,7 @@ def test_self_training_calibrates_m0_and_each_trained_iteration_and_evaluates_wi
     from selftrain_helpers import oracle_factory, tiny_overrides
 
     cfg = load_config(SelfTrainConfig, None, tiny_overrides(tmp_path, tiny_model_dir, iterations=1, eval_base=False,
-                                                            **{"calibration.questions": 5}))
+                                                            **{"calibration.questions": 5, "calibration.source": "gold"}))
     run = SelfTrain(cfg, progress=False)
     oracle = oracle_factory(run)
     run.make_generator = lambda gen_cfg: ScoringOracle(oracle(gen_cfg))
@@ -226,3 +226,36 @@ def test_no_calibration_questions_keep_greedy_decisions(tmp_path, tiny_model_dir
     assert not (run.run_dir / "iter_0" / "calibration.json").exists()
     explores = [c for t in read_trajectories(run.run_dir / "iter_0" / "eval.jsonl") for c in t.calls if c.role == "explore"]
     assert explores and not any((c.parsed or {}).get("judgement_log_odds") is not None for c in explores)
+
+
+def test_calibration_on_the_models_own_explorations_scores_every_judgement_and_takes_none(tmp_path, tiny_model_dir):
+    from knowtrace_train.config import load_config
+    from knowtrace_train.methods.knowtrace.judgement import graph_names_answer
+    from knowtrace_train.selftrain import SelfTrain, SelfTrainConfig
+    from knowtrace_train.trajectory import read_trajectories
+    from selftrain_helpers import oracle_factory, tiny_overrides
+
+    cfg = load_config(SelfTrainConfig, None, tiny_overrides(tmp_path, tiny_model_dir, iterations=0, eval_base=False,
+                                                            **{"calibration.questions": 4}))
+    assert cfg.calibration.source == "explorations"
+    run = SelfTrain(cfg, progress=False)
+    oracle = oracle_factory(run)
+    run.make_generator = lambda gen_cfg: ScoringOracle(oracle(gen_cfg))
+    run.run()
+    d = run.run_dir / "iter_0"
+    probe = read_trajectories(d / "calibration_rollouts.jsonl")
+    ids = json.loads((run.run_dir / "questions.json").read_text())["calibration"]
+    assert [t.question_id for t in probe] == ids
+    scored = [(c.parsed["judgement_log_odds"], graph_names_answer(t, c)) for t in probe for c in t.calls
+              if c.role == "explore" and c.parsed]
+    # the probe never says Yes: each question explores until it stops, then the forced answer
+    assert scored and all(not c.parsed["sufficient"] for t in probe for c in t.calls if c.role == "explore" and c.parsed)
+    assert all(t.stop_reason != "answered" for t in probe)
+    cal = json.loads((d / "calibration.json").read_text())
+    s = cal["decisions"]["sufficiency"]
+    assert cal["source"] == "explorations" and cal["prompts"] == s["prompts"] == len(scored)
+    labels = {y for _, y in scored}
+    if len(labels) == 2:
+        assert s == {**choose_threshold([x for x, _ in scored], [y for _, y in scored]), "prompts": len(scored)}
+    else:  # the tiny model's graphs name no answer: nothing to tell apart, greedy decisions
+        assert s["threshold"] is None and "one outcome" in s["why"]

@@ -225,6 +225,18 @@ class Method:
         [] (the default): the method decides by greedy decoding only."""
         return []
 
+    def probe_decisions(self, config: StrategyConfig) -> StrategyConfig | None:
+        """`config` scoring every calibrated decision and never taking its positive branch (a rollout that visits
+        every state a run would decide in), for calibration on the model's own trajectories; None (the default):
+        the method cannot, and calibrates on its gold prompts."""
+        return None
+
+    def decision_outcomes(self, trajectories: Sequence[Trajectory], items_by_id: Mapping[str, QAItem]
+                          ) -> list[tuple[str, float, bool]]:
+        """Per scored decision of a probe's trajectories (`probe_decisions`): (kind, log-odds, whether the
+        positive branch was right there, judged from the gold answers)."""
+        return []
+
     def with_thresholds(self, config: StrategyConfig, thresholds: Mapping[str, float]) -> StrategyConfig:
         """`config` deciding with `thresholds` ({decision kind: threshold on its log-odds}, as calibrated)."""
         return config

@@ -28,12 +28,18 @@ class Calibration:
 
     def calibrated(self, folder: Path, state: ModelState, seed: int) -> ModelState:
         """`state` deciding with the thresholds calibrated for it in `folder` (computed there once); `state` as it
-        is where the run holds no calibration question or the method no decision prompt."""
+        is where the run holds no calibration question or the method no decision to calibrate."""
         items = self.questions.calibration
         if not items:
             return state
         plain = dataclasses.replace(state, thresholds={})
-        prompts = self.method.decision_prompts(self.strategy_config(plain, seed), items)
+        strategy = self.strategy_config(plain, seed)
+        if self.config.calibration.source == "explorations":
+            probe = self.method.probe_decisions(strategy)
+            if probe is not None:
+                self.stages.run(folder, "calibrate", lambda: self._calibrate_on_explorations(folder, plain, probe, items))
+                return dataclasses.replace(state, thresholds=read_thresholds(folder) or {})
+        prompts = self.method.decision_prompts(strategy, items)
         if not prompts:
             return state
         self.stages.run(folder, "calibrate", lambda: self._calibrate(folder, plain, prompts, len(items)))
@@ -45,13 +51,48 @@ class Calibration:
             info = calibrate_model(lambda: self.build_generator(state), prompts, folder, state.name, questions)
         return self.procs.broadcast(info)
 
+    def _calibrate_on_explorations(self, folder: Path, state: ModelState, probe, items) -> dict[str, Any]:
+        """The model's own explorations of the calibration questions, every decision scored and none taken
+        (`Method.probe_decisions`), each labelled by its outcome (`Method.decision_outcomes`: KnowTrace's graph
+        names the gold answer or not); the thresholds chosen on them. A generator that scores no options falls
+        back to the gold prompts."""
+        from knowtrace_train.decisions import choose_threshold
+        from knowtrace_train.generation.base import OptionScorer
+        from knowtrace_train.selftrain.rollout import run_rollouts
+
+        generator = self.build_generator(state)
+        if not isinstance(generator, OptionScorer):
+            close = getattr(generator, "close", None)
+            if callable(close):
+                close()
+            prompts = self.method.decision_prompts(probe, items)
+            return self._calibrate(folder, state, prompts, len(items)) if prompts else {}
+        trajs = run_rollouts(items, folder / CALIBRATION_ROLLOUTS, probe, lambda: generator, self.retriever,
+                             chunk_size=self.config.chunk_size, procs=self.procs, iteration=None,
+                             desc=f"{folder.name} calibration", progress=self.progress)
+        info: dict[str, Any] = {}
+        if self.procs.is_main:
+            outcomes = self.method.decision_outcomes(trajs, self.items_by_id)
+            decisions: dict[str, dict[str, Any]] = {}
+            for kind in sorted({k for k, _, _ in outcomes}):
+                mine = [(d, y) for k, d, y in outcomes if k == kind]
+                decisions[kind] = choose_threshold([d for d, _ in mine], [y for _, y in mine]) or {
+                    "threshold": None, "why": "the explorations carry one outcome only, or none was scored"}
+                decisions[kind]["prompts"] = len(mine)
+            info = write_calibration(folder, state.name, len(items), len(outcomes), decisions, "explorations")
+        return self.procs.broadcast(info)
+
+
+#: the calibration's own rollouts (source "explorations"), beside calibration.json
+CALIBRATION_ROLLOUTS = "calibration_rollouts.jsonl"
+
 
 def calibrate_model(make_generator: Callable[[], Any], prompts, folder: Path, name: str, questions: int
                     ) -> dict[str, Any]:
     """Calibrate the model `make_generator` builds on `prompts` (`decisions.DecisionPrompt`s of `questions`
     held-out questions), write `folder`/calibration.json and log what was chosen; returns {"thresholds",
     "prompts"}. A generator that scores no options leaves every decision greedy (said in the file)."""
-    from knowtrace_train.decisions import calibrate, thresholds_of
+    from knowtrace_train.decisions import calibrate
     from knowtrace_train.generation.base import OptionScorer
 
     generator = make_generator()
@@ -65,13 +106,22 @@ def calibrate_model(make_generator: Callable[[], Any], prompts, folder: Path, na
         close = getattr(generator, "close", None)
         if callable(close):
             close()
-    write_json(Path(folder) / CALIBRATION_FILE, {"model": name, "questions": questions, "prompts": len(prompts),
-                                                 "decisions": decisions})
+    return write_calibration(folder, name, questions, len(prompts), decisions, "gold")
+
+
+def write_calibration(folder: Path, name: str, questions: int, prompts: int, decisions: dict[str, dict[str, Any]],
+                      source: str) -> dict[str, Any]:
+    """Write `folder`/calibration.json and log each decision's threshold; returns {"thresholds", "prompts"}."""
+    from knowtrace_train.decisions import thresholds_of
+
+    write_json(Path(folder) / CALIBRATION_FILE, {"model": name, "source": source, "questions": questions,
+                                                 "prompts": prompts, "decisions": decisions})
     for kind, c in decisions.items():
         if c.get("threshold") is None:
             log.warning("%s: %s is not calibrated (%s); it decides greedily", name, kind, c.get("why"))
         else:
-            log.info("%s: %s threshold %.3f on %d held-out gold prompts: balanced accuracy %.3f (Yes %.2f, No %.2f; "
-                     "greedy %.3f)", name, kind, c["threshold"], c["prompts"], c["balanced_accuracy"], c["recall_yes"],
+            log.info("%s: %s threshold %.3f on %d held-out %s: balanced accuracy %.3f (Yes %.2f, No %.2f; greedy "
+                     "%.3f)", name, kind, c["threshold"], c["prompts"],
+                     "gold prompts" if source == "gold" else "explorations", c["balanced_accuracy"], c["recall_yes"],
                      c["recall_no"], c["greedy"]["balanced_accuracy"])
-    return {"thresholds": thresholds_of(decisions), "prompts": len(prompts)}
+    return {"thresholds": thresholds_of(decisions), "prompts": prompts}

@@ -121,6 +121,9 @@ class BootstrapConfig:
             raise ValueError("bootstrap.questions and bootstrap.probe_questions must be >= 1")
 
 
+CALIBRATION_SOURCES = ("explorations", "gold")
+
+
 @dataclass
 class CalibrationConfig:
     """Each trained model's decisions (KnowTrace's sufficiency judgement) as thresholds on their log-odds, chosen
@@ -132,9 +135,16 @@ class CalibrationConfig:
         "train questions after the bootstrap's whose gold decision prompts calibrate each trained model's decision "
         "thresholds; 0: decide by greedy decoding")})
 
+    source: str = field(default="explorations", metadata={"help": (
+        "'explorations': the model's own explorations of those questions, every decision scored and none taken, "
+        "each labelled by whether its graph names the gold answer (the states it decides in); 'gold': the gold "
+        "trajectories' prompts (clean graphs); docs/decisions.md")})
+
     def __post_init__(self) -> None:
         if isinstance(self.questions, bool) or not isinstance(self.questions, int) or self.questions < 0:
             raise ValueError(f"calibration.questions must be an integer >= 0, got {self.questions!r}")
+        if self.source not in CALIBRATION_SOURCES:
+            raise ValueError(f"calibration.source must be one of {list(CALIBRATION_SOURCES)}, got {self.source!r}")
 
 
 @dataclass

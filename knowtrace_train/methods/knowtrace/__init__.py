@@ -33,6 +33,10 @@ from knowtrace_train.retrieval.base import Retriever
 from knowtrace_train.trajectory import Trajectory, is_correct
 
 
+#: a judgement threshold no log-odds reach: the calibration's probe scores every judgement and says No
+PROBE_THRESHOLD = 1e9
+
+
 def backtrace_records(trajectories, items_by_id, *, strategy: KnowTraceConfig, count_tokens, fewshot, iteration,
                       passages, mode: str = "backtrace", undesirable=()):
     """The rationalizer of mode "backtrace" (and KnowTrace's "star": the same accounting, nothing filtered)."""
@@ -136,6 +140,21 @@ class KnowTraceMethod(Method):
         prompts, _ = gold_judgement_prompts(items, fewshot=config.fewshot.explore, kg_format=config.kg_format)
         return [DecisionPrompt(SUFFICIENCY, p.prompt, JUDGEMENT, config.roles.explore, (" Yes", " No"), p.label == YES,
                                p.item_id, p.kind) for p in prompts]
+
+    def probe_decisions(self, config: KnowTraceConfig) -> KnowTraceConfig | None:
+        """Every judgement scored, none Yes (a threshold no log-odds reach): each question explores until it stops
+        (no progress, L rounds), through every graph a run of the model could judge."""
+        return dataclasses.replace(config, judgement_threshold=PROBE_THRESHOLD) if config.prefill_judgement else None
+
+    def decision_outcomes(self, trajectories, items_by_id) -> list[tuple[str, float, bool]]:
+        """Each scored exploration: Yes was right where the graph it was shown names a gold answer
+        (`judgement.graph_names_answer`, the criterion docs/decisions.md measures the judgement by)."""
+        from knowtrace_train.methods.knowtrace.judgement import graph_names_answer
+        from knowtrace_train.methods.knowtrace.outputs import SUFFICIENCY
+
+        return [(SUFFICIENCY, float(c.parsed["judgement_log_odds"]), graph_names_answer(t, c))
+                for t in trajectories for c in t.calls
+                if c.role == EXPLORE and isinstance(c.parsed, dict) and c.parsed.get("judgement_log_odds") is not None]
 
     def with_thresholds(self, config: KnowTraceConfig, thresholds) -> KnowTraceConfig:
         from knowtrace_train.methods.knowtrace.outputs import SUFFICIENCY
