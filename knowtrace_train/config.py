@@ -375,6 +375,8 @@ def parse_recipe_args(
     logging.basicConfig(
         level=logging.WARNING if args.quiet else logging.INFO, format="%(levelname)s %(name)s: %(message)s"
     )
+    # faiss's loader logs each CPU-specific library it could not load, a traceback's repr a line, at INFO
+    logging.getLogger("faiss.loader").setLevel(logging.WARNING)
     return RecipeArgs(config=args.config, quiet=args.quiet, overrides=overrides, debug=args.debug or debug_requested())
 
 
