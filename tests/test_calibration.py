@@ -363,3 +363,44 @@ def test_a_refused_score_leaves_that_answer_try_to_greedy_decoding():
     assert all("answer_try_log_odds" in c.parsed for c in jaws.calls if c.role == "answer_try")
     [d] = [c for c in duel.calls if c.role == "answer_try"]
     assert "answer_try_log_odds" not in d.parsed and d.parsed["sufficient"] and duel.stop_reason == "answered"
+
+
+def test_self_training_with_dog_calibrates_m0_s_answer_try(tmp_path, tiny_model_dir):
+    from knowtrace_train.config import load_config
+    from knowtrace_train.selftrain import SelfTrain, SelfTrainConfig
+    from knowtrace_train.selftrain.models import run_model
+    from knowtrace_train.trajectory import read_trajectories
+    from selftrain_helpers import tiny_overrides
+
+    args = tiny_overrides(tmp_path, tiny_model_dir, iterations=0, eval_base=False, mode="star",
+                          **{"strategy.name": "dog", "calibration.questions": 5})
+    keep = [a for k, v in zip(args[::2], args[1::2]) if not k.startswith("--strategy.") or k == "--strategy.name"
+            for a in (k, v)]  # the tiny overrides' KnowTrace keys are not DoG's
+    cfg = load_config(SelfTrainConfig, None, [*keep, "--strategy.max_hops", "2", "--strategy.relation_tokens", "8",
+                                              "--strategy.answer_tokens", "6", "--strategy.debate_tokens", "6",
+                                              "--strategy.fallback_tokens", "4"])
+    run = SelfTrain(cfg, progress=False)
+
+    def make(gen_cfg):  # the dev questions' gold calls are answered (their walks reach an answer try); the tiny
+        # model scores the calibration's held-out prompts and writes what follows a decided " No"
+        from knowtrace_train.generation import build_generator
+        from knowtrace_train.methods.dog.gold import dog_gold_trajectories
+        from gold_helpers import GoldOracle
+
+        gold = dog_gold_trajectories(run.config.strategy, run.questions.dev, fewshot=run.config.fewshot_trained)[0]
+        return GoldOracle(build_generator(gen_cfg), gold)
+
+    run.make_generator = make
+    run.run()
+    d = run.run_dir
+    cal = json.loads((d / "iter_0" / "calibration.json").read_text())
+    a = cal["decisions"]["answer_try"]
+    assert cal["questions"] == 5 and a["prompts"] == cal["prompts"] > 0
+    assert a["positives"] + a["negatives"] == a["prompts"] and a["positives"] > 0
+    if a["threshold"] is None:  # the 5 questions' walks said Yes only (each a single hop): nothing to tell apart
+        assert a["negatives"] == 0
+        return
+    # M0's evaluation decided every answer try by that threshold
+    tries = [c for t in read_trajectories(d / "iter_0" / "eval.jsonl") for c in t.calls if c.role == "answer_try" and c.parsed]
+    assert tries and all(c.parsed["answer_try_threshold"] == a["threshold"] for c in tries)
+    assert run_model(d, 0).strategy.answer_try_threshold == a["threshold"]
