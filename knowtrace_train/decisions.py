@@ -13,11 +13,13 @@ the labels of its kind (each label's records together weigh as much as every oth
 from __future__ import annotations
 
 import math
+import random
+import time
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Mapping, MutableMapping, Sequence
 
-from knowtrace_train.generation.base import GenerationRequest, OptionScorer, OptionScores, score_each
+from knowtrace_train.generation.base import GenerationError, GenerationRequest, OptionScorer, OptionScores, score_each
 
 #: the record field that marks a decision: {"kind", "label", "start", "end"} (characters of the completion)
 DECISION = "decision"
@@ -173,3 +175,50 @@ def thresholds_of(calibration: Mapping[str, Mapping[str, Any]] | None) -> dict[s
     """{kind: threshold} of a calibration (`calibrate`'s result, as calibration.json holds it), the kinds with one."""
     return {k: float(v["threshold"]) for k, v in (calibration or {}).items()
             if isinstance(v, Mapping) and v.get("threshold") is not None}
+
+
+# -- an engine deciding by a threshold ------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Decided:
+    """A decision taken from the scores: `word` (one of the options), which the engine feeds after the call's
+    prefix and records as the model's output (so training puts its loss on it, as on a generated token), and the
+    log-odds it was taken from."""
+
+    word: str
+    log_odds: float
+
+
+def require_scorer(generator: Any, what: str) -> None:
+    """A one-line GenerationError where `generator` cannot score options (`what`: the setting that needs it)."""
+    if not isinstance(generator, OptionScorer):
+        raise GenerationError(f"{what} needs a generator with score_options "
+                              f"(knowtrace_train.generation.base.OptionScorer); {type(generator).__name__} has none")
+
+
+def decide(scorer: OptionScorer, requests: Sequence[GenerationRequest], options: tuple[str, str], threshold: float,
+           temperature: float, seeds: Sequence[int]) -> tuple[list[Decided | None], float]:
+    """Each request's decision between `options` (positive, negative) from one batched scoring of its next token
+    after its prefix (no decoding): the positive where log P(positive) - log P(negative) exceeds `threshold`; at a
+    `temperature` above 0 drawn with probability sigmoid((log-odds - threshold) / temperature) from the request's
+    own stream (`seeds[i]`: the same call decides the same on a rerun, whatever else is in the batch). None where
+    the log-odds are unknown (the scorer refused the request, neither option reported): the call is left to greedy
+    decoding. Returns the decisions and the seconds the scoring took."""
+    requests = list(requests)
+    t0 = time.perf_counter()
+    scores = score_each(scorer, requests, [list(options)] * len(requests))
+    dt = time.perf_counter() - t0
+    out: list[Decided | None] = []
+    for sc, seed in zip(scores, seeds):
+        d = option_log_odds(sc, options)
+        if math.isnan(d):
+            out.append(None)
+            continue
+        margin = d - threshold
+        if temperature > 0:
+            u = random.Random(seed).random()
+            yes = u < 1.0 / (1.0 + math.exp(-max(-50.0, min(50.0, margin / temperature))))
+        else:
+            yes = margin > 0
+        out.append(Decided(options[0] if yes else options[1], d))
+    return out, dt

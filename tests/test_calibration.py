@@ -259,3 +259,181 @@ def test_calibration_on_the_models_own_explorations_scores_every_judgement_and_t
         assert s == {**choose_threshold([x for x, _ in scored], [y for _, y in scored]), "prompts": len(scored)}
     else:  # the tiny model's graphs name no answer: nothing to tell apart, greedy decisions
         assert s["threshold"] is None and "one outcome" in s["why"]
+
+
+# -- DoG's answer try -------------------------------------------------------------------------------------
+
+def test_dog_s_held_out_answer_try_prompts_are_its_gold_walk_s_answer_tries():
+    from knowtrace_train.methods import get_method
+    from knowtrace_train.methods.dog import DoGConfig
+    import knowtrace_train.methods.dog.prompts as dog_prompts
+    from gold_helpers import ITEM, Q
+    from test_gold_dog import one_hop
+
+    born = one_hop(1, "Where was Odile Farrant born?", ("Odile Farrant", "born in", "Castelbrun"))
+    m, cfg = get_method("dog"), DoGConfig(graph="items", fewshot=False)
+    prompts = m.decision_prompts(cfg, [ITEM, born])
+    hop1, hop2 = ("Zentor", "founded by", "Odile Farrant"), ("Odile Farrant", "born in", "Castelbrun")
+    # the 2-hop walk: No after its first hop, Yes after its last; the 1-hop walk: Yes
+    assert [(p.item_id, p.prompt, p.label) for p in prompts] == [
+        ("w2", dog_prompts.answer_try_prompt(Q, [hop1], False), False),
+        ("w2", dog_prompts.answer_try_prompt("Where was Odile Farrant born?", [hop2], False), True),
+        ("h1", dog_prompts.answer_try_prompt("Where was Odile Farrant born?", [hop2], False), True)]
+    assert all((p.kind, p.prefix, p.role, p.options, p.question_kind) == ("answer_try", "", "answer_try", (" Yes", " No"),
+                                                                         "bridge") for p in prompts)
+    # rendered as the config renders them; none for the model alone; the threshold set from a calibration
+    assert all("Enough: No" in p.prompt for p in m.decision_prompts(DoGConfig(graph="items"), [ITEM]))
+    assert m.decision_prompts(DoGConfig(graph="items", max_hops=0), [ITEM]) == []
+    assert m.with_thresholds(cfg, {"answer_try": -0.25}).answer_try_threshold == -0.25
+    assert m.with_thresholds(cfg, {"sufficiency": 1.0}) is cfg
+    with pytest.raises(ValueError, match="answer_try_threshold"):
+        DoGConfig(answer_try_threshold=math.inf)
+
+
+class DecidingDoG:
+    """test_dog's tiny graph and moves; the answer try's log-odds of Yes: -3 on Jaws' triple, -0.5 on Spielberg's,
+    0.5 on Cincinnati's; after the decided word it writes the answer (the shown triple's tail) or nothing."""
+
+    ODDS = {"(Jaws;": -3.0, "(Steven Spielberg;": -0.5, "(Cincinnati;": 0.5}
+
+    def __init__(self):
+        self.scored = []
+
+    def score_options(self, requests, options):
+        from test_dog import task
+
+        out = []
+        for r, o in zip(requests, options):
+            assert r.prefix == "" and list(o) == [" Yes", " No"] and r.role == "answer_try"
+            odds = next(v for k, v in self.ODDS.items() if f"Triples: {k}" in task(r.prompt))
+            self.scored.append(odds)
+            out.append(OptionScores({" Yes": odds, " No": 0.0}, prompt_tokens=1))
+        return out
+
+    def generate(self, requests):
+        from knowtrace_train.generation.base import Completion
+        from test_dog import script, task
+
+        out = []
+        for r in requests:
+            if r.role == "answer_try":
+                assert r.prefix in (" Yes", " No"), f"an answer try generated without a decided word: {r.prefix!r}"
+                tail = task(r.prompt).split("Triples: ", 1)[1].split(")")[0].split("; ")[-1]
+                text = f"\nAnswer: {tail}" if r.prefix == " Yes" else ""
+            else:
+                assert r.prefix == ""
+                text = script(r.role, r.prompt)
+            out.append(Completion(text, len((r.prompt + r.prefix).split()), len(text.split()), "stop"))
+        return out
+
+    def count_tokens(self, text):
+        return len(text.split())
+
+    def close(self):
+        pass
+
+
+@pytest.mark.parametrize("threshold, said, prediction, stop", [
+    (0.0, [False, False, True], "United States", "answered"),  # Yes on the last hop's triple: the whole chain walked
+    (-1.0, [False, True], "Cincinnati", "answered"),           # a lower threshold: Yes a hop early (premature)
+    (5.0, [False, False, False], "Ohio", "max_hops"),          # above every score: No until max_hops, the fallback
+])
+def test_dog_s_engine_decides_the_answer_try_by_the_log_odds_and_the_threshold(threshold, said, prediction, stop):
+    from knowtrace_train.kg_store import GraphStore
+    from knowtrace_train.methods.dog import DoG, DoGConfig
+    from knowtrace_train.methods.dog.gold import answer_try_span
+    from test_dog import JAWS, TRIPLES
+
+    gen = DecidingDoG()
+    [t] = DoG(DoGConfig(max_hops=3, answer_try_threshold=threshold), store=GraphStore(TRIPLES)).run([JAWS], gen)
+    tries = [c for c in t.calls if c.role == "answer_try"]
+    assert [c.parsed["sufficient"] for c in tries] == said and gen.scored == [-3.0, -0.5, 0.5][: len(said)]
+    assert (t.prediction, t.stop_reason) == (prediction, stop)
+    for c, hop in zip(tries, t.meta["hops"]):
+        word = " Yes" if c.parsed["sufficient"] else " No"
+        # nothing fed as a prefix: the decided word is the model's output (trained, counted among its tokens)
+        assert c.prefix == "" and c.output.startswith(word) and answer_try_span(c.prefix, c.output)[0] == word.strip()
+        assert c.output_tokens == len(c.output.split()) and c.prompt_tokens == len(c.prompt.split())
+        assert c.parsed["answer_try_threshold"] == threshold and math.isfinite(c.parsed["answer_try_log_odds"])
+        assert hop["answer_try"] == c.parsed
+
+
+def test_dog_keeps_greedy_decoding_without_a_threshold_and_refuses_a_generator_without_scores():
+    from knowtrace_train.methods.dog import DoGConfig
+    from test_dog import JAWS, run
+
+    [t], _ = run(DoGConfig(), [JAWS])
+    tries = [c for c in t.calls if c.role == "answer_try"]
+    assert tries and all("answer_try_log_odds" not in c.parsed and c.output in (" No", " Yes\nAnswer: the answer")
+                         for c in tries)
+    with pytest.raises(GenerationError, match="score_options") as e:
+        run(DoGConfig(answer_try_threshold=0.0), [JAWS])
+    assert "\n" not in str(e.value) and "answer_try_threshold" in str(e.value)
+
+
+def test_a_refused_score_leaves_that_answer_try_to_greedy_decoding():
+    from knowtrace_train.kg_store import GraphStore
+    from knowtrace_train.methods.dog import DoG, DoGConfig
+    from test_dog import DUEL, JAWS, TRIPLES, script
+
+    class Refusing(DecidingDoG):
+        def score_options(self, requests, options):
+            if any("Duel" in r.prompt for r in requests):
+                raise GenerationError("refused")
+            return super().score_options(requests, options)
+
+        def generate(self, requests):
+            greedy = [r for r in requests if r.role == "answer_try" and r.prefix == ""]
+            rest = super().generate([r for r in requests if r not in greedy])
+            by = {id(r): c for r, c in zip([r for r in requests if r not in greedy], rest)}
+            from knowtrace_train.generation.base import Completion
+            for r in greedy:
+                text = script(r.role, r.prompt)
+                by[id(r)] = Completion(text, 1, len(text.split()), "stop")
+            return [by[id(r)] for r in requests]
+
+    jaws, duel = DoG(DoGConfig(max_hops=3, answer_try_threshold=0.0), store=GraphStore(TRIPLES)).run([JAWS, DUEL], Refusing())
+    assert all("answer_try_log_odds" in c.parsed for c in jaws.calls if c.role == "answer_try")
+    [d] = [c for c in duel.calls if c.role == "answer_try"]
+    assert "answer_try_log_odds" not in d.parsed and d.parsed["sufficient"] and duel.stop_reason == "answered"
+
+
+def test_self_training_with_dog_calibrates_m0_s_answer_try(tmp_path, tiny_model_dir):
+    from knowtrace_train.config import load_config
+    from knowtrace_train.selftrain import SelfTrain, SelfTrainConfig
+    from knowtrace_train.selftrain.models import run_model
+    from knowtrace_train.trajectory import read_trajectories
+    from selftrain_helpers import tiny_overrides
+
+    args = tiny_overrides(tmp_path, tiny_model_dir, iterations=0, eval_base=False, mode="star",
+                          **{"strategy.name": "dog", "calibration.questions": 5})
+    keep = [a for k, v in zip(args[::2], args[1::2]) if not k.startswith("--strategy.") or k == "--strategy.name"
+            for a in (k, v)]  # the tiny overrides' KnowTrace keys are not DoG's
+    cfg = load_config(SelfTrainConfig, None, [*keep, "--strategy.max_hops", "2", "--strategy.relation_tokens", "8",
+                                              "--strategy.answer_tokens", "6", "--strategy.debate_tokens", "6",
+                                              "--strategy.fallback_tokens", "4"])
+    run = SelfTrain(cfg, progress=False)
+
+    def make(gen_cfg):  # the dev questions' gold calls are answered (their walks reach an answer try); the tiny
+        # model scores the calibration's held-out prompts and writes what follows a decided " No"
+        from knowtrace_train.generation import build_generator
+        from knowtrace_train.methods.dog.gold import dog_gold_trajectories
+        from gold_helpers import GoldOracle
+
+        gold = dog_gold_trajectories(run.config.strategy, run.questions.dev, fewshot=run.config.fewshot_trained)[0]
+        return GoldOracle(build_generator(gen_cfg), gold)
+
+    run.make_generator = make
+    run.run()
+    d = run.run_dir
+    cal = json.loads((d / "iter_0" / "calibration.json").read_text())
+    a = cal["decisions"]["answer_try"]
+    assert cal["questions"] == 5 and a["prompts"] == cal["prompts"] > 0
+    assert a["positives"] + a["negatives"] == a["prompts"] and a["positives"] > 0
+    if a["threshold"] is None:  # the 5 questions' walks said Yes only (each a single hop): nothing to tell apart
+        assert a["negatives"] == 0
+        return
+    # M0's evaluation decided every answer try by that threshold
+    tries = [c for t in read_trajectories(d / "iter_0" / "eval.jsonl") for c in t.calls if c.role == "answer_try" and c.parsed]
+    assert tries and all(c.parsed["answer_try_threshold"] == a["threshold"] for c in tries)
+    assert run_model(d, 0).strategy.answer_try_threshold == a["threshold"]

@@ -15,7 +15,9 @@ from knowtrace_train.trajectory import ModelCall, Trajectory
 class CallSpec:
     """One call to make: whose trajectory, its kind (the ModelCall's role), round, prompt and limits.
     `prefix` opens the response (it is part of the recorded output, and recorded as the call's `prefix`: the
-    engine feeds it, the model does not write it); the passages are the ones shown."""
+    engine feeds it, the model does not write it); `decided` follows it, a decision the engine took from the
+    model's scores (decisions.decide): fed as well, but recorded as the model's output (after the prefix, its
+    tokens among the output's), so that training puts its loss on it. The passages are the ones shown."""
 
     traj: Trajectory
     kind: str
@@ -24,6 +26,7 @@ class CallSpec:
     max_new_tokens: int
     stop: tuple[str, ...] = ()
     prefix: str = ""
+    decided: str = ""
     passage_ids: tuple[str, ...] = ()
     retrieved_tokens: int = 0
 
@@ -36,7 +39,7 @@ def generate_calls(generator: Generator, specs: Sequence[CallSpec], *, temperatu
     and its error (`generate_each`), never raised."""
     if not specs:
         return [], 0.0
-    requests = [GenerationRequest(prompt=s.prompt, prefix=s.prefix, role=adapter or s.kind, max_new_tokens=s.max_new_tokens,
+    requests = [GenerationRequest(prompt=s.prompt, prefix=s.prefix + s.decided, role=adapter or s.kind, max_new_tokens=s.max_new_tokens,
                                   stop=s.stop, temperature=temperature, seed=request_seed(seed, s.traj.id, len(s.traj.calls)))
                 for s in specs]
     t0 = time.perf_counter()
@@ -48,10 +51,12 @@ def generate_calls(generator: Generator, specs: Sequence[CallSpec], *, temperatu
     for s, res, w in zip(specs, results, weights):
         s.traj.wall_time += dt * w / total
         ok = isinstance(res, Completion)
+        decided = generator.count_tokens(s.decided) if ok and s.decided else 0
         call = ModelCall(
             index=len(s.traj.calls), role=s.kind, round=s.round, prompt=s.prompt,
-            output=s.prefix + res.text if ok else "", prompt_tokens=res.prompt_tokens if ok else 0,
-            output_tokens=res.output_tokens if ok else 0, finish_reason=res.finish_reason if ok else "error",
+            output=s.prefix + s.decided + res.text if ok else "",
+            prompt_tokens=max(0, res.prompt_tokens - decided) if ok else 0,
+            output_tokens=res.output_tokens + decided if ok else 0, finish_reason=res.finish_reason if ok else "error",
             error=None if ok else f"generation error: {res}", passage_ids=list(s.passage_ids),
             retrieved_tokens=s.retrieved_tokens, prefix=s.prefix,
         )

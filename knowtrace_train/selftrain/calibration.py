@@ -1,5 +1,6 @@
 """Each trained model's decisions calibrated: the threshold on a decision's log-odds (KnowTrace's sufficiency
-judgement: log P(" Yes") - log P(" No") after the judgement words) that tells held-out gold prompts apart best.
+judgement: log P(" Yes") - log P(" No") after the judgement words; DoG's answer try: the same as the call's first
+word) that tells held-out gold prompts apart best.
 
 The prompts are the method's (`Method.decision_prompts`) over `calibration.questions` train questions that neither
 the bootstrap nor the rollouts use, rendered as the model runs them. The stage "calibrate" runs after the bootstrap's

@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 
 from knowtrace_train.methods.base import Method
-from knowtrace_train.methods.dog.config import CALL_KINDS, FALLBACK, NAME, DoGConfig
+from knowtrace_train.methods.dog.config import ANSWER_TRY, CALL_KINDS, FALLBACK, NAME, DoGConfig
 from knowtrace_train.methods.dog.engine import DoG
 
 
@@ -50,6 +50,17 @@ class DoGMethod(Method):
         return dog_gold_records(config, items, retriever, record_kinds=list(self.record_roles(config)),
                                 fewshot=fewshot, require_support=require_support, count_tokens=count_tokens,
                                 iteration=iteration)
+
+    def decision_prompts(self, config: DoGConfig, items) -> list:
+        """The answer try's held-out gold prompts: every answer try of the items' gold walks (gold.py), Yes at
+        the gold chain's last hop, No at the hops before it, as `config` renders them (its exemplars, its graph)."""
+        from knowtrace_train.methods.dog.gold import answer_try_prompts
+
+        return [] if config.max_hops == 0 else answer_try_prompts(config, items)
+
+    def with_thresholds(self, config: DoGConfig, thresholds) -> DoGConfig:
+        t = thresholds.get(ANSWER_TRY)
+        return config if t is None else dataclasses.replace(config, answer_try_threshold=float(t))
 
     def evidence_supported(self, traj, config: DoGConfig) -> bool | None:
         """Answered from the graph: the prediction is an entity of the filled triples."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from knowtrace_train.methods.base import StrategyConfig
@@ -53,6 +54,14 @@ class DoGConfig(StrategyConfig):
         metadata={"help": "the answer after a Yes: 'model' (the answer the answer try writes; the first tail when it writes "
                           "none) or 'tail' (the first filled triple's tail entity, the paper's MetaQA setting)"},
     )
+    answer_try_threshold: float | None = field(
+        default=None,
+        metadata={"help": ("the answer try's Yes/No as a calibrated decision: Yes where log P(' Yes') - log P(' No') as "
+                           "the answer try's first word exceeds this (scored before the rest of the call is written; with "
+                           "a temperature, Yes is drawn with probability sigmoid((log-odds - threshold) / temperature)); "
+                           "null: the greedy next token. Self-training sets it per trained model from held-out gold "
+                           "prompts (calibration.questions), docs/decisions.md")},
+    )
     fewshot: bool = field(default=True, metadata={"help": "prompts carry their exemplars (trained adapters run without them)"})
     relation_tokens: int = field(default=32, metadata={"help": "new tokens of a relation call (sub-question and relation lines)"})
     answer_tokens: int = field(default=16, metadata={"help": "new tokens of an answer try (verdict and answer lines)"})
@@ -75,6 +84,9 @@ class DoGConfig(StrategyConfig):
                 raise ValueError(f"strategy.{key} must be >= 1, got {getattr(self, key)}")
         if self.temperature < 0:
             raise ValueError(f"strategy.temperature must be >= 0, got {self.temperature}")
+        t = self.answer_try_threshold
+        if t is not None and (isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t)):
+            raise ValueError(f"strategy.answer_try_threshold must be a finite number or null, got {t!r}")
 
     def check_installed(self) -> None:
         """An embedded graph (any `graph` but an endpoint URL) needs the kg extra's pyoxigraph."""

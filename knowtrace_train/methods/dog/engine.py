@@ -14,6 +14,12 @@ topic. A question that cannot go on (no topic entity, an entity not in the graph
 relation not in the list, no triples, a store error) or reaches `max_hops` gets the fallback
 answer from the model's own knowledge, with that reason as `stop_reason`.
 
+With `answer_try_threshold` the answer try's Yes/No is a calibrated decision (knowtrace_train/decisions.py):
+P(" Yes") and P(" No") as its first word are scored in one batch before it is written, Yes where the log-odds
+exceed the threshold; the decided word is fed and recorded as the model's output, which writes the rest of the
+call (the answer after Yes) from there, and the call's `parsed` keeps `answer_try_log_odds` and
+`answer_try_threshold`.
+
 Recorded: `Trajectory.graph` holds the filled triples (in the graph's direction; each traced to its
 hop, its (entity, relation) pair and its relation call), `meta["hops"]` one entry per hop (question,
 topic, relations, sub-question, relation, triples, answer try, the debate's turns, the simplified
@@ -28,7 +34,8 @@ from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 from knowtrace_train.data.schema import QAItem
-from knowtrace_train.generation.base import Generator
+from knowtrace_train.decisions import decide, require_scorer
+from knowtrace_train.generation.base import GenerationRequest, Generator, request_seed
 from knowtrace_train.kg import GuidancePair, Triplet, TracedTriplet
 from knowtrace_train.kg_store import GraphStore, KGStoreError
 from knowtrace_train.methods.calls import CallSpec, generate_calls
@@ -68,6 +75,10 @@ class _Job:
     prompt: str
     max_new_tokens: int
     stop: tuple[str, ...]
+    #: the answer try's word decided from the scores (`answer_try_threshold`): fed, recorded as output
+    decided: str = ""
+    #: its log P(Yes) - log P(No)
+    log_odds: float | None = None
 
 
 def _inverse(relation: str) -> str:
@@ -96,6 +107,8 @@ class DoG:
 
     def run(self, items: Sequence[QAItem], generator: Generator, retriever=None,
             on_done: Callable[[Trajectory], None] | None = None) -> list[Trajectory]:
+        if self.config.answer_try_threshold is not None:
+            require_scorer(generator, "strategy dog with answer_try_threshold")
         self._generator, self._on_done = generator, on_done
         self._kg = self.store_for(items)
         states = []
@@ -211,6 +224,8 @@ class DoG:
         cfg = self.config
         jobs = [_Job(s, ANSWER_TRY, hop, prompts.answer_try_prompt(s.question, s.shown, cfg.fewshot), cfg.answer_tokens,
                      prompts.BLOCK_STOP) for s in trying]
+        if jobs and cfg.answer_try_threshold is not None:
+            self._decide(jobs)
         rest = []
         for job, call in zip(jobs, self._generate(jobs)):
             s = job.state
@@ -219,7 +234,9 @@ class DoG:
                 continue
             res = parse_answer_try(call.output)
             call.parsed, call.error = res.to_dict(), res.error
-            s.entry["answer_try"] = res.to_dict()
+            if job.log_odds is not None:
+                call.parsed.update(answer_try_log_odds=round(job.log_odds, 4), answer_try_threshold=cfg.answer_try_threshold)
+            s.entry["answer_try"] = dict(call.parsed)
             if res.sufficient:
                 tail = s.shown[0][2]
                 answer = res.answer if cfg.answer_from == "model" and res.answer else tail
@@ -227,6 +244,19 @@ class DoG:
             else:
                 rest.append(s)
         return rest
+
+    def _decide(self, jobs: list[_Job]) -> None:
+        """The answer tries' Yes/No as a calibrated decision (`decisions.decide`, on each call's own seeded
+        stream): the decided word is fed and recorded as the model's output; a request the scorer refuses is left
+        to greedy decoding. The scoring's seconds are shared among the jobs' questions."""
+        cfg = self.config
+        requests = [GenerationRequest(prompt=j.prompt, role=ANSWER_TRY, max_new_tokens=1) for j in jobs]
+        seeds = [request_seed(cfg.seed, j.state.traj.id, len(j.state.traj.calls), ANSWER_TRY) for j in jobs]
+        decided, dt = decide(self._generator, requests, (" Yes", " No"), cfg.answer_try_threshold, cfg.temperature, seeds)
+        for j, d in zip(jobs, decided):
+            j.state.traj.wall_time += dt / len(jobs)
+            if d is not None:
+                j.decided, j.log_odds = d.word, d.log_odds
 
     def _debate(self, debating: list[_State], hop: int) -> None:
         """The debate's turns, one batch per turn; then each question becomes its simplified one and
@@ -278,7 +308,7 @@ class DoG:
     # -- the shared parts -------------------------------------------------------------------------------
     def _generate(self, jobs: list[_Job]) -> list[ModelCall]:
         """One batched generate() for `jobs`, a ModelCall recorded on each job's trajectory (methods/calls.py)."""
-        specs = [CallSpec(j.state.traj, j.kind, j.hop, j.prompt, j.max_new_tokens, j.stop) for j in jobs]
+        specs = [CallSpec(j.state.traj, j.kind, j.hop, j.prompt, j.max_new_tokens, j.stop, decided=j.decided) for j in jobs]
         return generate_calls(self._generator, specs, temperature=self.config.temperature, seed=self.config.seed)[0]
 
 

@@ -57,7 +57,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from knowtrace_train.data.schema import QAItem
-from knowtrace_train.decisions import decision_counts, mark_decision
+from knowtrace_train.decisions import DecisionPrompt, decision_counts, mark_decision
 from knowtrace_train.kg_store import GraphStore, KGStoreError
 from knowtrace_train.methods.dog.config import ANSWER_TRY, CRITIC, FALLBACK, RELATION, DoGConfig
 from knowtrace_train.methods.dog.engine import DoG, _Job, _State
@@ -65,7 +65,7 @@ from knowtrace_train.methods.dog.graph import topic_entity
 from knowtrace_train.methods.gold_chain import NO_CHAIN, NO_CHAIN_ENTITY, UNSUPPORTED_HOP, checked_chain
 from knowtrace_train.methods.gold_records import TOO_MANY_HOPS, UNREADABLE_STEP, GoldRecords, GoldTally
 from knowtrace_train.methods.gold_records import GoldTrajectories, gold_call, gold_records, one_line, read_back, words
-from knowtrace_train.metrics import exact_match
+from knowtrace_train.metrics import exact_match, question_kind
 from knowtrace_train.retrieval.base import Retriever
 from knowtrace_train.trajectory import ModelCall
 
@@ -238,7 +238,8 @@ def dog_gold_trajectories(config: DoGConfig, items: Iterable[QAItem], *, fewshot
     """The gold trajectories of DoG (settings `config`, prompts with exemplars as `fewshot` says) over the
     graph `config.graph` names (or `store`), and per-reason counts of the items that give none."""
     count = count_tokens or words
-    config = dataclasses.replace(config, fewshot=fewshot)
+    # the gold walk writes every word itself: no answer try is decided from scores
+    config = dataclasses.replace(config, fewshot=fewshot, answer_try_threshold=None)
     tally = GoldTally()
     todo: list[tuple[QAItem, GoldWalk]] = []
     for it in items:
@@ -287,3 +288,22 @@ def answer_try_span(prefix: str, completion: str) -> tuple[str, int, int] | None
         if completion.startswith(word) and (len(completion) == len(word) or not completion[len(word)].isalnum()):
             return label, 0, len(word)
     return None
+
+
+def answer_try_prompts(config: DoGConfig, items: Iterable[QAItem], *, store: GraphStore | None = None
+                       ) -> list[DecisionPrompt]:
+    """The answer try's held-out gold prompts (`decisions.DecisionPrompt`, kind `answer_try`): every answer-try
+    call of the items' gold trajectories (`dog_gold_trajectories`, prompts as `config` renders them, its
+    `fewshot`), labelled as `answer_try_span` reads the gold output (Yes at the gold chain's last hop, No at the
+    hops before it); the options are the words the engine decides between, scored as the call's first word."""
+    items = list(items)
+    trajs, _ = dog_gold_trajectories(config, items, fewshot=config.fewshot, require_support=False, store=store)
+    kinds = {it.id: question_kind(it) for it in items}
+    out = []
+    for traj in trajs:
+        for call in traj.calls:
+            span = answer_try_span(call.prefix, call.output[len(call.prefix):]) if call.role == ANSWER_TRY else None
+            if span is not None:
+                out.append(DecisionPrompt(ANSWER_TRY, call.prompt, "", ANSWER_TRY, (" Yes", " No"), span[0] == "Yes",
+                                          traj.question_id, kinds.get(traj.question_id)))
+    return out

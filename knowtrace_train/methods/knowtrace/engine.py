@@ -26,17 +26,14 @@ the run's time.
 from __future__ import annotations
 
 import logging
-import math
-import random
 import time
 from collections import deque
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from knowtrace_train.data.schema import Passage, QAItem
-from knowtrace_train.decisions import option_log_odds
-from knowtrace_train.generation.base import (
-    Completion, GenerationError, GenerationRequest, Generator, OptionScorer, generate_each, request_seed, score_each)
+from knowtrace_train.decisions import decide, require_scorer
+from knowtrace_train.generation.base import Completion, GenerationRequest, Generator, generate_each, request_seed
 from knowtrace_train.kg import GuidancePair, TracedTriplet
 from knowtrace_train.methods.base import check_width
 from knowtrace_train.methods.hints import trajectory_id
@@ -116,9 +113,8 @@ class KnowTrace:
         questions in flight at once (None: all of them)."""
         cfg = self.config
         check_width(width)
-        if cfg.judgement_threshold is not None and not isinstance(generator, OptionScorer):
-            raise GenerationError(f"strategy knowtrace with judgement_threshold needs a generator with score_options "
-                                  f"(knowtrace_train.generation.base.OptionScorer); {type(generator).__name__} has none")
+        if cfg.judgement_threshold is not None:
+            require_scorer(generator, "strategy knowtrace with judgement_threshold")
         states = [
             _State(
                 item=it,
@@ -312,30 +308,21 @@ class KnowTrace:
             self._on_done(s.traj)
 
     def _decide(self, jobs: list[_Job]) -> float:
-        """The sufficiency judgement of each exploration as a calibrated decision: P(" Yes") and P(" No") after
-        the judgement words (one batched scoring, no decoding), Yes where the log-odds exceed
-        `judgement_threshold` (sampled at the strategy's temperature from sigmoid((log-odds - threshold) / T),
-        on the call's own seeded stream). The chosen word is fed after the judgement words and recorded as the
-        model's output: training puts its loss on it, as on any generated token. A request the scorer refuses
-        is left to greedy decoding. Returns the seconds, shared among the jobs' questions."""
+        """The sufficiency judgement of each exploration as a calibrated decision (`decisions.decide`): P(" Yes")
+        and P(" No") after the judgement words (one batched scoring, no decoding), Yes where the log-odds exceed
+        `judgement_threshold` (sampled at the strategy's temperature, on the call's own seeded stream). The chosen
+        word is fed after the judgement words and recorded as the model's output: training puts its loss on it,
+        as on any generated token. A request the scorer refuses is left to greedy decoding. Returns the seconds,
+        shared among the jobs' questions."""
         cfg = self.config
         requests = [GenerationRequest(prompt=j.prompt, prefix=j.prefill, role=cfg.roles.explore, max_new_tokens=1)
                     for j in jobs]
-        t0 = time.perf_counter()
-        scores = score_each(self._generator, requests, [[" Yes", " No"]] * len(jobs))
-        dt = time.perf_counter() - t0
-        for j, sc in zip(jobs, scores):
+        seeds = [request_seed(cfg.seed, j.state.traj.id, len(j.state.traj.calls), "judgement") for j in jobs]
+        decided, dt = decide(self._generator, requests, (" Yes", " No"), cfg.judgement_threshold, cfg.temperature, seeds)
+        for j, d in zip(jobs, decided):
             j.state.traj.wall_time += dt / len(jobs)
-            d = option_log_odds(sc, (" Yes", " No"))
-            if math.isnan(d):
-                continue
-            margin = d - cfg.judgement_threshold
-            if cfg.temperature > 0:
-                u = random.Random(request_seed(cfg.seed, j.state.traj.id, len(j.state.traj.calls), "judgement")).random()
-                yes = u < 1.0 / (1.0 + math.exp(-max(-50.0, min(50.0, margin / cfg.temperature))))
-            else:
-                yes = margin > 0
-            j.decided, j.log_odds = (" Yes" if yes else " No"), d
+            if d is not None:
+                j.decided, j.log_odds = d.word, d.log_odds
         return dt
 
     def _generate(self, jobs: list[_Job]) -> tuple[list[ModelCall], float]:
