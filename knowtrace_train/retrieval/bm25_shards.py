@@ -26,7 +26,7 @@ import numpy as np
 
 from knowtrace_train.data.schema import Passage
 from knowtrace_train.retrieval.base import RetrievalError, ScoredPassage, check_search_args, passage_text
-from knowtrace_train.retrieval.bm25 import BM25Settings, _bm25s, _top_k, make_analyzer
+from knowtrace_train.retrieval.bm25 import MAX_QUERIES_PER_CHUNK, POSTINGS_PER_CHUNK, BM25Settings, _bm25s, _top_k, make_analyzer
 from knowtrace_train.retrieval.cache import build_once, cache_key, resolve_cache_dir
 
 log = logging.getLogger(__name__)
@@ -34,7 +34,6 @@ log = logging.getLogger(__name__)
 #: Bumped whenever the files of a sharded index change meaning; another version is rebuilt.
 SHARDED_FORMAT = 1
 DEFAULT_SHARD_PASSAGES = 250_000
-QUERIES_PER_BATCH = 1024
 
 
 class ShardedBM25Retriever:
@@ -95,14 +94,16 @@ class ShardedBM25Retriever:
             n_vocab = len(analyzer.get_vocab_dict())
             if n_vocab > len(df):
                 df = np.concatenate([df, np.zeros(n_vocab - len(df), dtype=np.int64)])
-            docs = np.repeat(np.arange(hi - lo, dtype=np.int64), lens)
-            pairs = np.unique(docs * n_vocab + flat)  # distinct (passage, term)
-            df += np.bincount(pairs % n_vocab, minlength=len(df))
+            # distinct (passage, term) pairs, by sorting (np.unique's hashing is slower here)
+            keys = np.repeat(np.arange(hi - lo, dtype=np.int64), lens) * n_vocab + flat
+            keys.sort()
+            distinct = keys[np.concatenate([[True], keys[1:] != keys[:-1]])] if len(keys) else keys
+            df += np.bincount(distinct % n_vocab, minlength=len(df))
             total_len += int(lens.sum())
             np.save(folder / f"tokens_{s:05d}.npy", flat)
             np.save(folder / f"lengths_{s:05d}.npy", lens)
-            shards.append({"start": lo, "stop": hi, "postings": int(len(pairs))})
-            del flat, docs, pairs
+            shards.append({"start": lo, "stop": hi, "postings": int(len(distinct))})
+            del flat, keys, distinct
             log.info("tokenized shard %d (%d-%d)", s, lo, hi)
         n_vocab = len(df)
         if n_vocab == 0:
@@ -177,10 +178,13 @@ class ShardedBM25Retriever:
         self._analyzer.load_vocab(folder)
         n_terms = meta["num_terms"]
         self._shards = []
+        #: postings of each term over all shards: what a query costs (bounds a batch's memory)
+        self._postings = np.zeros(n_terms, dtype=np.int64)
         for s, shard in enumerate(meta["shards"]):
             sub = folder / f"shard_{s:05d}"
             arrays = [np.load(sub / f"{name}.npy", mmap_mode="r") for name in ("data", "indices", "indptr")]
             m = sp.csr_matrix(tuple(arrays), shape=(n_terms, shard["stop"] - shard["start"]))
+            self._postings += np.diff(np.asarray(arrays[2], dtype=np.int64))
             self._shards.append((shard["start"], m))
 
     # -- search ------------------------------------------------------------
@@ -193,9 +197,22 @@ class ShardedBM25Retriever:
         check_search_args(queries, k)
         term_ids = self.analyze(queries)
         out: list[list[ScoredPassage]] = []
-        for start in range(0, len(term_ids), QUERIES_PER_BATCH):
-            out.extend(self._search_batch(term_ids[start : start + QUERIES_PER_BATCH], k))
+        for start, stop in self._chunks(term_ids):
+            out.extend(self._search_batch(term_ids[start:stop], k))
         return out
+
+    def _chunks(self, term_ids: list[list[int]]):
+        """Consecutive query ranges whose postings (over all shards) stay under the budget of
+        `bm25.POSTINGS_PER_CHUNK`, as the one-piece index batches them."""
+        start, budget = 0, 0
+        for i, ids in enumerate(term_ids):
+            cost = int(self._postings[ids].sum()) if ids else 0
+            if i > start and (budget + cost > POSTINGS_PER_CHUNK or i - start >= MAX_QUERIES_PER_CHUNK):
+                yield start, i
+                start, budget = i, 0
+            budget += cost
+        if start < len(term_ids):
+            yield start, len(term_ids)
 
     def search_rows(self, term_ids: list[list[int]], k: int) -> list[tuple[np.ndarray, np.ndarray]]:
         """Per query, (rows, scores) of its k best passages, best first, ties by row."""
