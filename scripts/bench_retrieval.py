@@ -299,7 +299,7 @@ def scale_worker(args) -> dict:
         return {"build_s": time.perf_counter() - t0, "build_peak_mb": peak_mb(), "index_mb": _du_mb(r.index_dir),
                 "shards": len(r.meta["shards"]), "terms": r.meta["num_terms"]}
     t0 = time.perf_counter()
-    r = ShardedBM25Retriever(store, BM25Settings(), cache_dir=cache, shard_passages=args.shard_passages)
+    r = ShardedBM25Retriever(store, BM25Settings(), cache_dir=cache, shard_passages=args.shard_passages, threads=args.threads)
     load_s = time.perf_counter() - t0
     queries, gold = _world_queries(args.queries)
     r.search(queries[:50], args.k)  # warm the page cache
@@ -320,7 +320,8 @@ def scale_worker(args) -> dict:
 
 def run_scale_worker(name: str, args, workdir: Path) -> dict:
     cmd = [sys.executable, __file__, "--scale", str(args.scale), "--worker", name, "--workdir", str(workdir),
-           "--k", str(args.k), "--queries", str(args.queries), "--shard-passages", str(args.shard_passages)]
+           "--k", str(args.k), "--queries", str(args.queries), "--shard-passages", str(args.shard_passages),
+           "--threads", str(args.threads)]
     subprocess.run(cmd, check=True)
     return json.loads((workdir / f"scale_{name}.json").read_text())
 
@@ -362,7 +363,7 @@ def scale_main(args) -> int:
     summary.update({key: (round(v, 3) if isinstance(v, float) else v) for key, v in res.items()})
     summary.update(convert_s_per_million=round(res["convert_s"] * per_m, 1), build_s_per_million=round(res["build_s"] * per_m, 1),
                    index_mb_per_million=round(res["index_mb"] * per_m), store_mb_per_million=round(res["store_mb"] * per_m),
-                   shard_passages=args.shard_passages, cores=os.cpu_count())
+                   shard_passages=args.shard_passages, threads=args.threads, cores=os.cpu_count())
     print(json.dumps(summary))
     return 0
 
@@ -381,6 +382,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--scale", type=int, default=0, metavar="N",
                     help="scale mode: the world's passages inside N generated distractors, passage store and sharded BM25")
     ap.add_argument("--shard-passages", type=int, default=250_000, help="scale mode: passages per BM25 shard")
+    ap.add_argument("--threads", type=int, default=1, help="scale mode: threads searching shards at once")
     ap.add_argument("--worker", choices=("bm25s", "reference", "convert", "build", "search"), help=argparse.SUPPRESS)
     ap.add_argument("--workdir", default=None, help="scale mode: the folder for the corpus and caches (a temporary folder in it)")
     args = ap.parse_args(argv)

@@ -41,8 +41,10 @@ def test_shards_score_and_rank_as_one_piece(tmp_path, settings, shard_passages):
             assert [h.passage.id for h in x] == [h.passage.id for h in y], q
             assert all(abs(h.score - g.score) <= 1e-5 for h, g in zip(x, y)), q
     assert a[-1] == [] and a[-2] == [] and b[-1] == [] and b[-2] == []
-    # one query per call gives what the batch gave
+    # one query per call gives what the batch gave; shards searched on two threads too
     assert [sharded.search([q], 5)[0] for q in queries[:20]] == sharded.search(queries[:20], 5)
+    sharded.threads = 2
+    assert sharded.search(queries, 20) == b  # b: the k=20 results on one thread
 
 
 def test_build_retriever_on_a_store_is_sharded_and_reloads(tmp_path):

@@ -47,6 +47,7 @@ class ShardedBM25Retriever:
         cache_dir: str | Path | None = "",
         shard_passages: int = DEFAULT_SHARD_PASSAGES,
         show_progress: bool = False,
+        threads: int = 1,
     ) -> None:
         if len(store) == 0:
             raise RetrievalError("cannot build a BM25 index over an empty corpus")
@@ -56,6 +57,8 @@ class ShardedBM25Retriever:
         if not fingerprint:
             raise RetrievalError("a sharded BM25 index needs a passage store (data.store.open_store), not a list")
         self.store, self.settings, self.shard_passages = store, settings, shard_passages
+        #: shards searched at once on this many threads (the results do not depend on it)
+        self.threads = max(1, int(threads))
         root = resolve_cache_dir(cache_dir)
         if root is None:
             raise RetrievalError("a sharded BM25 index lives on disk: cache_dir cannot be None")
@@ -224,9 +227,12 @@ class ShardedBM25Retriever:
         dtype = self._shards[0][1].dtype
         q = sp.csr_matrix((np.ones(len(rows), dtype=dtype), (rows, cols)), shape=(len(term_ids), n_terms))
         found: list[list[tuple[np.ndarray, np.ndarray]]] = [[] for _ in term_ids]
-        for offset, m in self._shards:
-            scores = q @ m
+
+        def one_shard(shard):
+            offset, m = shard
+            scores = q @ m  # scipy's sparse product releases the GIL: shards overlap on threads
             indptr, indices, data = scores.indptr, scores.indices, scores.data
+            best = []
             for i in range(len(term_ids)):
                 lo, hi = indptr[i], indptr[i + 1]
                 if hi == lo:
@@ -234,7 +240,19 @@ class ShardedBM25Retriever:
                 docs, vals = indices[lo:hi], data[lo:hi]
                 if hi - lo > k:
                     docs, vals = _top_k(docs, vals, k)
-                found[i].append((docs.astype(np.int64) + offset, vals))
+                best.append((i, docs.astype(np.int64) + offset, vals))
+            return best
+
+        if self.threads > 1 and len(self._shards) > 1:
+            from concurrent.futures import ThreadPoolExecutor
+
+            with ThreadPoolExecutor(min(self.threads, len(self._shards))) as pool:
+                per_shard = list(pool.map(one_shard, self._shards))
+        else:
+            per_shard = [one_shard(shard) for shard in self._shards]
+        for best in per_shard:  # in shard order, so the merge never depends on the threads
+            for i, docs, vals in best:
+                found[i].append((docs, vals))
         out = []
         for parts in found:
             if not parts:
