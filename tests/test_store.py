@@ -127,3 +127,11 @@ def test_conversion_memory_stays_bounded_as_the_corpus_grows(tmp_path):
     corpus_mb = (tmp_path / "100000" / "corpus.jsonl").stat().st_size / 2**20
     assert corpus_mb > 15
     assert grow[100_000] - grow[10_000] < 8, grow
+
+
+def test_corpus_fingerprint_of_a_store_is_the_kept_one(tmp_path):
+    from knowtrace_train.retrieval.cache import corpus_fingerprint
+
+    st = open_store(WORLD, cache_dir=tmp_path)
+    assert corpus_fingerprint(st) == st.fingerprint == st.meta["fingerprint"]
+    assert corpus_fingerprint(read_corpus(WORLD)) != st.fingerprint  # a list is hashed as before

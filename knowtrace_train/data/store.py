@@ -35,7 +35,7 @@ import numpy as np
 
 from knowtrace_train.data.corpus import CorpusError, _passage_from_row
 from knowtrace_train.data.schema import Passage
-from knowtrace_train.io import DataFileError, cache_home, iter_jsonl
+from knowtrace_train.io import cache_home, iter_jsonl
 
 log = logging.getLogger(__name__)
 
