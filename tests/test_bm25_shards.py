@@ -69,3 +69,19 @@ def test_index_of_another_format_is_rebuilt_with_a_warning(tmp_path, caplog):
 def test_a_list_is_refused(tmp_path):
     with pytest.raises(RetrievalError, match="passage store"):
         ShardedBM25Retriever(read_corpus(ROOT / "corpus.jsonl"), cache_dir=tmp_path)
+
+
+def test_a_full_disk_is_one_line_and_the_half_built_index_is_removed(tmp_path, monkeypatch):
+    import errno
+
+    from knowtrace_train.retrieval import bm25_shards
+
+    store = open_store(ROOT / "corpus.jsonl", cache_dir=tmp_path)
+
+    def full(*a, **k):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(bm25_shards.np, "save", full)
+    with pytest.raises(RetrievalError, match=r"bm25-shards: the disk filled while building the BM25 index: it needs about [\d,]+ bytes"):
+        ShardedBM25Retriever(store, cache_dir=tmp_path, shard_passages=1000)
+    assert list((tmp_path / "bm25-shards").iterdir()) == []

@@ -135,3 +135,15 @@ def test_corpus_fingerprint_of_a_store_is_the_kept_one(tmp_path):
     st = open_store(WORLD, cache_dir=tmp_path)
     assert corpus_fingerprint(st) == st.fingerprint == st.meta["fingerprint"]
     assert corpus_fingerprint(read_corpus(WORLD)) != st.fingerprint  # a list is hashed as before
+
+
+def test_a_full_disk_is_one_line_naming_the_folder_and_bytes(tmp_path, monkeypatch):
+    import errno
+
+    def full(*a, **k):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(store_mod, "_convert_into", full)
+    with pytest.raises(CorpusError, match=r"store: the disk filled while converting .* needs about [\d,]+ bytes.* are free"):
+        open_store(WORLD, cache_dir=tmp_path)
+    assert not [p for p in (tmp_path / "store").iterdir() if p.name.startswith(".convert")]

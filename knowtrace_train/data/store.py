@@ -20,6 +20,7 @@ the end to refuse duplicate ids, as `read_corpus` does).
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import logging
@@ -148,7 +149,16 @@ def convert_corpus(path: str | Path, root: str | Path, skip_bad: bool = False) -
     root.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".convert.", dir=root))
     try:
-        meta = _convert_into(path, tmp, skip_bad)
+        try:
+            meta = _convert_into(path, tmp, skip_bad)
+        except OSError as e:
+            if e.errno != errno.ENOSPC:
+                raise
+            raise CorpusError(
+                f"{root}: the disk filled while converting {path}: the store needs about "
+                f"{path.stat().st_size * 1.03:,.0f} bytes (the file's size, plus 8 bytes a passage); "
+                f"{shutil.disk_usage(root).free:,} are free"
+            ) from None
         folder = root / meta["fingerprint"][:24]
         if (folder / "DONE").exists():
             try:

@@ -16,6 +16,7 @@ Peak memory is one shard's tokens and scores plus the vocabulary, whatever the c
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import shutil
@@ -34,6 +35,11 @@ log = logging.getLogger(__name__)
 #: Bumped whenever the files of a sharded index change meaning; another version is rebuilt.
 SHARDED_FORMAT = 1
 DEFAULT_SHARD_PASSAGES = 250_000
+
+
+def _store_bytes(store) -> int:
+    folder = getattr(store, "folder", None)
+    return sum(f.stat().st_size for f in Path(folder).iterdir() if f.is_file()) if folder else 0
 
 
 class ShardedBM25Retriever:
@@ -73,7 +79,17 @@ class ShardedBM25Retriever:
             if fmt != SHARDED_FORMAT:
                 log.warning("the sharded BM25 index in %s is format %s, not %s: rebuilding it", folder, fmt, SHARDED_FORMAT)
                 shutil.rmtree(folder)
-        self.index_dir = build_once(folder, self._build_into)
+        try:
+            self.index_dir = build_once(folder, self._build_into)
+        except OSError as e:
+            if e.errno != errno.ENOSPC:
+                raise
+            need = _store_bytes(store)
+            raise RetrievalError(
+                f"{folder.parent}: the disk filled while building the BM25 index: it needs about {need:,} bytes "
+                f"(about the store's size, measured 0.7x plus the shards' term ids while building); "
+                f"{shutil.disk_usage(folder.parent).free:,} are free; the half-built index was removed"
+            ) from None
         self._load(self.index_dir)
 
     # -- indexing ----------------------------------------------------------
