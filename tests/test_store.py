@@ -115,18 +115,19 @@ print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base) / 1024)
 
 
 def test_conversion_memory_stays_bounded_as_the_corpus_grows(tmp_path):
-    """Peak RSS of a conversion (in a fresh process) at 10k and 100k passages: ten times the
-    passages (about 20 MB more corpus) may add at most a few MB (8 bytes of id hash a passage)."""
+    """Peak RSS of a conversion above the process's start (in a fresh process) at 20k and 200k
+    passages: ten times the passages (about 35 MB more corpus) may add a few MB at most (8 bytes of
+    id hash a passage, sorted: 1.4 MB; measured 1.4 and 3.6 MB over the start)."""
     grow = {}
-    for n in (10_000, 100_000):
+    for n in (20_000, 200_000):
         d = tmp_path / str(n)
         d.mkdir()
         out = subprocess.run([sys.executable, "-c", _RSS_CHILD, str(n), str(d), str(Path(__file__).resolve().parents[1])],
                              capture_output=True, text=True, check=True)
         grow[n] = float(out.stdout.strip().splitlines()[-1])
-    corpus_mb = (tmp_path / "100000" / "corpus.jsonl").stat().st_size / 2**20
-    assert corpus_mb > 15
-    assert grow[100_000] - grow[10_000] < 8, grow
+    corpus_mb = (tmp_path / "200000" / "corpus.jsonl").stat().st_size / 2**20
+    assert corpus_mb > 30
+    assert grow[200_000] - grow[20_000] < 6, grow
 
 
 def test_corpus_fingerprint_of_a_store_is_the_kept_one(tmp_path):

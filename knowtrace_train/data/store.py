@@ -42,7 +42,7 @@ log = logging.getLogger(__name__)
 
 #: Bumped whenever the files of a store change meaning; a store of another version is rebuilt.
 STORE_FORMAT = 1
-_WRITE_BUFFER = 65536  # offsets and id hashes written per flush
+_WRITE_BUFFER = 16384  # offsets and id hashes written per flush
 
 
 def store_root(cache_dir: str | os.PathLike | None = "") -> Path:
