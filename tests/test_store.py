@@ -148,3 +148,16 @@ def test_a_full_disk_is_one_line_naming_the_folder_and_bytes(tmp_path, monkeypat
     with pytest.raises(CorpusError, match=r"store: the disk filled while converting .* needs about [\d,]+ bytes.* are free"):
         open_store(WORLD, cache_dir=tmp_path)
     assert not [p for p in (tmp_path / "store").iterdir() if p.name.startswith(".convert")]
+
+
+def test_corpus_store_option_gives_a_store_to_evaluate(tmp_path, monkeypatch):
+    from knowtrace_train.data.corpus import CorpusConfig
+    from knowtrace_train.evaluate import EvalConfig, load_corpus
+
+    monkeypatch.setenv("KNOWTRACE_CACHE", str(tmp_path))
+    st = load_corpus(EvalConfig(corpus=CorpusConfig(path=str(WORLD), store=True)), [])
+    assert isinstance(st, PassageStore) and list(st) == read_corpus(WORLD)
+    assert str(st.folder).startswith(str(tmp_path / "retrieval" / "store"))
+    assert load_corpus(EvalConfig(corpus=CorpusConfig(path=str(WORLD))), []) == read_corpus(WORLD)  # default: as today
+    with pytest.raises(ValueError, match="corpus.store needs corpus.source 'file'"):
+        CorpusConfig(source="contexts", store=True)
