@@ -305,6 +305,10 @@ def load_corpus(config: EvalConfig, all_items: Sequence[QAItem]) -> list[Passage
         from knowtrace_train.data.corpus import read_named_corpus
 
         return read_named_corpus(config.corpus.name)  # type: ignore[arg-type]
+    if config.corpus.store:
+        from knowtrace_train.data.store import open_store
+
+        return open_store(config.corpus.path)  # type: ignore[arg-type,return-value]
     return read_corpus(config.corpus.path)  # type: ignore[arg-type]
 
 

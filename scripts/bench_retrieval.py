@@ -17,6 +17,17 @@ top5_agreement (and the rest). Targets: qps >= 1,000 on 2 cores and ratio >= 50.
     python scripts/bench_retrieval.py [--passages 100000] [--queries 5000] [--ref-queries 200]
 
 Needs rank-bm25 and psutil (the dev extra).
+
+Scale mode, `--scale N`: the world's passages (data/world/corpus.jsonl) inside N synthetic
+distractors (`generate_scale_corpus`: 30-90 words each drawn from the world's vocabulary plus coined
+words at Zipf frequencies, titles of coined words, deterministic by --seed), then, each in a fresh
+subprocess: the passage store's conversion (data/store.py) and the sharded BM25 build
+(retrieval/bm25_shards.py), each with its seconds and peak RSS (getrusage in the child), the
+store's and index's size on disk, queries/s batched and one query per call (the world's dev
+questions and KnowTrace-style entity-relation queries from its gold chains), and the world dev
+questions' gold-passage recall@5 (a gold passage among the top 5). The last line is JSON.
+
+    python scripts/bench_retrieval.py --scale 1000000 [--shard-passages 250000] [--workdir DIR]
 """
 
 from __future__ import annotations
@@ -192,6 +203,171 @@ def worker_main(args) -> int:
     return 0
 
 
+# -- scale mode: the world inside N generated distractors --------------------------------------------
+
+WORLD_DIR = ROOT / "data" / "world"
+
+
+def _coined_words(rng: np.random.Generator, n: int) -> list[str]:
+    syllables = ["ka", "lo", "mi", "ra", "ten", "vo", "shu", "dre", "pol", "ix", "an", "bel", "cor", "dun", "eth", "fy"]
+    out: set[str] = set()
+    while len(out) < n:
+        out.add("".join(rng.choice(syllables, size=int(rng.integers(2, 5)))))
+    return sorted(out)
+
+
+def generate_scale_corpus(out: Path, n: int, seed: int = 0, chunk: int = 20_000) -> int:
+    """Write the world's passages inside `n` distractors to `out` (JSON Lines), streamed; returns the count.
+
+    The vocabulary is the world corpus' words by falling count, followed by 20,000 coined words;
+    word r (from 1) has probability proportional to 1/r (Zipf). A distractor has 30-90 such words
+    and a title of two coined words, capitalised; the world's passages sit at random rows."""
+    import re
+    from collections import Counter
+
+    rng = np.random.default_rng(seed)
+    world = [json.loads(line) for line in (WORLD_DIR / "corpus.jsonl").read_text(encoding="utf-8").splitlines() if line.strip()]
+    counts = Counter(w for p in world for w in re.findall(r"[A-Za-z]+", p["title"] + " " + p["text"]))
+    coined = _coined_words(rng, 20_000)
+    vocab = np.array([w for w, _ in counts.most_common()] + coined, dtype=object)
+    prob = 1.0 / np.arange(1, len(vocab) + 1)
+    prob /= prob.sum()
+    cap = np.array([w.capitalize() for w in coined], dtype=object)
+    total = n + len(world)
+    world_rows = set(rng.choice(total, size=len(world), replace=False).tolist())
+    world_iter = iter(world)
+    written = syn = 0
+    with open(out, "w", encoding="utf-8") as f:
+        for start in range(0, total, chunk):
+            stop = min(total, start + chunk)
+            lengths = rng.integers(30, 91, size=stop - start)
+            words = vocab[rng.choice(len(vocab), size=int(lengths.sum()), p=prob)]
+            titles = cap[rng.integers(0, len(cap), size=(stop - start, 2))]
+            ends = np.cumsum(lengths)
+            lines = []
+            for j, row in enumerate(range(start, stop)):
+                if row in world_rows:
+                    lines.append(json.dumps(next(world_iter), ensure_ascii=False))
+                    continue
+                text = " ".join(words[ends[j] - lengths[j] : ends[j]]) + "."
+                lines.append(json.dumps({"id": f"syn-{syn:08d}", "title": f"{titles[j, 0]} {titles[j, 1]}", "text": text}))
+                syn += 1
+            f.write("\n".join(lines) + "\n")
+            written += len(lines)
+    return written
+
+
+def _world_queries(n_queries: int) -> tuple[list[str], list[set[str]]]:
+    """The dev questions (with their gold passage ids) first, then entity-relation queries from the
+    gold chains of every split, up to `n_queries` in all."""
+    dev = [json.loads(line) for line in (WORLD_DIR / "dev.jsonl").read_text().splitlines() if line.strip()]
+    queries = [it["question"] for it in dev]
+    gold = [set(it["evidence"]["paragraph_ids"]) for it in dev]
+    seen = set(queries)
+    for split in ("dev", "train", "test"):
+        for line in (WORLD_DIR / f"{split}.jsonl").read_text().splitlines():
+            if not line.strip():
+                continue
+            ev = json.loads(line)["evidence"]
+            for (subject, relation, _o), sub in zip(ev["triples"], ev["sub_questions"]):
+                for q in (pair_to_query(subject, relation), pair_to_query(subject, sub["question"])):
+                    if q not in seen:
+                        seen.add(q)
+                        queries.append(q)
+    return queries[: max(n_queries, len(dev))], gold
+
+
+def _du_mb(path: Path) -> float:
+    return sum(f.stat().st_size for f in Path(path).rglob("*") if f.is_file()) / 2**20
+
+
+def scale_worker(args) -> dict:
+    from knowtrace_train.data.store import open_store
+    from knowtrace_train.retrieval.bm25_shards import ShardedBM25Retriever
+
+    workdir = Path(args.workdir)
+    cache = workdir / "cache"
+    if args.worker == "convert":
+        t0 = time.perf_counter()
+        store = open_store(workdir / "corpus.jsonl", cache_dir=cache)
+        return {"convert_s": time.perf_counter() - t0, "convert_peak_mb": peak_mb(), "passages": len(store),
+                "store_mb": _du_mb(store.folder)}
+    store = open_store(workdir / "corpus.jsonl", cache_dir=cache)  # from the sidecar: no conversion
+    if args.worker == "build":
+        t0 = time.perf_counter()
+        r = ShardedBM25Retriever(store, BM25Settings(), cache_dir=cache, shard_passages=args.shard_passages)
+        return {"build_s": time.perf_counter() - t0, "build_peak_mb": peak_mb(), "index_mb": _du_mb(r.index_dir),
+                "shards": len(r.meta["shards"]), "terms": r.meta["num_terms"]}
+    t0 = time.perf_counter()
+    r = ShardedBM25Retriever(store, BM25Settings(), cache_dir=cache, shard_passages=args.shard_passages, threads=args.threads)
+    load_s = time.perf_counter() - t0
+    queries, gold = _world_queries(args.queries)
+    r.search(queries[:50], args.k)  # warm the page cache
+    t0 = time.perf_counter()
+    results = r.search(queries, args.k)
+    batched_s = time.perf_counter() - t0
+    single = queries[: min(len(queries), 300)]
+    t0 = time.perf_counter()
+    for q in single:
+        r.search([q], args.k)
+    single_s = time.perf_counter() - t0
+    hits = [bool(g & {h.passage.id for h in res[:5]}) for g, res in zip(gold, results)]
+    full = [g <= {h.passage.id for h in res[:5]} for g, res in zip(gold, results)]
+    return {"load_s": load_s, "queries": len(queries), "qps_batched": len(queries) / batched_s,
+            "qps_one_query_per_call": len(single) / single_s, "dev_questions": len(gold),
+            "recall_at_5": float(np.mean(hits)), "all_gold_at_5": float(np.mean(full)), "search_peak_mb": peak_mb()}
+
+
+def run_scale_worker(name: str, args, workdir: Path) -> dict:
+    cmd = [sys.executable, __file__, "--scale", str(args.scale), "--worker", name, "--workdir", str(workdir),
+           "--k", str(args.k), "--queries", str(args.queries), "--shard-passages", str(args.shard_passages),
+           "--threads", str(args.threads)]
+    subprocess.run(cmd, check=True)
+    return json.loads((workdir / f"scale_{name}.json").read_text())
+
+
+def scale_main(args) -> int:
+    if args.worker:
+        result = scale_worker(args)
+        (Path(args.workdir) / f"scale_{args.worker}.json").write_text(json.dumps(result))
+        return 0
+    with tempfile.TemporaryDirectory(prefix="bench_scale_", dir=args.workdir) as tmp:
+        workdir = Path(tmp)
+        t0 = time.perf_counter()
+        n = generate_scale_corpus(workdir / "corpus.jsonl", args.scale, args.seed)
+        gen_s = time.perf_counter() - t0
+        corpus_mb = (workdir / "corpus.jsonl").stat().st_size / 2**20
+        print(f"corpus: {n} passages ({args.scale} distractors + the world's), {corpus_mb:.0f} MiB, generated in {gen_s:.1f}s")
+        res = {}
+        for name in ("convert", "build", "search"):
+            res.update(run_scale_worker(name, args, workdir))
+    per_m = 1e6 / res["passages"]
+    rows = [
+        ("convert to the store (s)", f"{res['convert_s']:.1f}"),
+        ("  peak RSS (MiB)", f"{res['convert_peak_mb']:.0f}"),
+        ("  store on disk (MiB)", f"{res['store_mb']:.0f}"),
+        ("sharded BM25 build (s)", f"{res['build_s']:.1f} ({res['shards']} shards of <= {args.shard_passages}, {res['terms']} terms)"),
+        ("  peak RSS (MiB)", f"{res['build_peak_mb']:.0f}"),
+        ("  index on disk (MiB)", f"{res['index_mb']:.0f}"),
+        ("load (s)", f"{res['load_s']:.2f}"),
+        ("queries/s batched", f"{res['qps_batched']:.0f} over {res['queries']}"),
+        ("queries/s one per call", f"{res['qps_one_query_per_call']:.0f}"),
+        ("  peak RSS searching (MiB)", f"{res['search_peak_mb']:.0f}"),
+        ("dev gold-passage recall@5", f"{res['recall_at_5']:.3f} ({res['dev_questions']} questions; all gold in top 5: {res['all_gold_at_5']:.3f})"),
+    ]
+    width = max(len(r[0]) for r in rows)
+    for a, b in rows:
+        print(f"{a:<{width}}  {b}")
+    print(f"cores: {os.cpu_count()} (timings depend on what else runs on the machine)")
+    summary = {"scale": args.scale, "generate_s": round(gen_s, 1), "corpus_mb": round(corpus_mb)}
+    summary.update({key: (round(v, 3) if isinstance(v, float) else v) for key, v in res.items()})
+    summary.update(convert_s_per_million=round(res["convert_s"] * per_m, 1), build_s_per_million=round(res["build_s"] * per_m, 1),
+                   index_mb_per_million=round(res["index_mb"] * per_m), store_mb_per_million=round(res["store_mb"] * per_m),
+                   shard_passages=args.shard_passages, threads=args.threads, cores=os.cpu_count())
+    print(json.dumps(summary))
+    return 0
+
+
 # -- the run -------------------------------------------------------------------------------------
 
 
@@ -203,9 +379,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ref-queries", type=int, default=200, help="queries for the (slow) reference")
     ap.add_argument("--k", type=int, default=5)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--worker", choices=("bm25s", "reference"), help=argparse.SUPPRESS)
-    ap.add_argument("--workdir", help=argparse.SUPPRESS)
+    ap.add_argument("--scale", type=int, default=0, metavar="N",
+                    help="scale mode: the world's passages inside N generated distractors, passage store and sharded BM25")
+    ap.add_argument("--shard-passages", type=int, default=250_000, help="scale mode: passages per BM25 shard")
+    ap.add_argument("--threads", type=int, default=1, help="scale mode: threads searching shards at once")
+    ap.add_argument("--worker", choices=("bm25s", "reference", "convert", "build", "search"), help=argparse.SUPPRESS)
+    ap.add_argument("--workdir", default=None, help="scale mode: the folder for the corpus and caches (a temporary folder in it)")
     args = ap.parse_args(argv)
+    if args.scale:
+        if args.scale < 0:
+            raise SystemExit("--scale must be positive")
+        return scale_main(args)
     if args.worker:
         return worker_main(args)
 

@@ -62,3 +62,11 @@ def test_bench_retrieval_runs_small():
     assert summary["passages"] >= 3000 and summary["queries"] == 300
     assert set(summary) >= {"qps", "reference_qps", "ratio", "top5_agreement"}
     assert summary["top5_agreement"] >= 0.9
+
+
+def test_bench_retrieval_scale_mode_runs_small(tmp_path):
+    pytest.importorskip("psutil")
+    _, summary = run_script("scripts/bench_retrieval.py", "--scale", "3000", "--shard-passages", "1500",
+                            "--queries", "300", "--workdir", str(tmp_path))
+    assert summary["passages"] == 3000 + 2413 and summary["shards"] == 4
+    assert summary["recall_at_5"] >= 0.9 and summary["qps_batched"] > 0 and summary["build_peak_mb"] > 0

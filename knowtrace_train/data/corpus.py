@@ -45,6 +45,10 @@ class CorpusConfig:
     path: str | None = field(
         default="data/world/corpus.jsonl", metadata={"help": "the corpus JSONL (source 'file'; unused otherwise)"}
     )
+    store: bool = field(
+        default=False,
+        metadata={"help": "source 'file': read the corpus from a passage store on disk (converted once into retrieval/store/ in the cache home, memory-mapped; BM25 then built in shards in bounded memory: docs/retrieval.md) rather than whole into memory"},
+    )
     triples: str = field(
         default="world",
         metadata={"help": "source 'kg': 'world' (the bundled world's facts, seed 0), 'items' (the gold triples of every item in the dataset file: MINTQA's triplets) or a triples file (JSONL [s, r, o] or .tsv)"},
@@ -55,6 +59,8 @@ class CorpusConfig:
             raise ValueError(f"corpus.source must be one of {list(CORPUS_SOURCES)}, got {self.source!r}")
         if self.source == "file" and not self.path:
             raise ValueError("corpus.source is 'file' but corpus.path is empty")
+        if self.store and self.source != "file":
+            raise ValueError(f"corpus.store needs corpus.source 'file', got {self.source!r}")
         if self.source == "name" and not self.name:
             raise ValueError("corpus.source is 'name' but corpus.name is empty (e.g. name: wiki2018-dpr)")
 

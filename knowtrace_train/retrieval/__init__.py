@@ -103,15 +103,21 @@ def check_retriever_installed(config: RetrieverConfig) -> None:
 
 
 def build_retriever(config: RetrieverConfig, passages: Sequence[Passage]) -> Retriever:
-    """Build (or load from the cache) the configured backend's index over `passages`."""
+    """Build (or load from the cache) the configured backend's index over `passages`; for BM25, a
+    `data.store.PassageStore` gets the sharded, memory-mapped index (`bm25_shards`)."""
     if len(passages) == 0:
         raise RetrievalError("cannot build a retriever over an empty corpus")
     if config.backend == "bm25":
+        from knowtrace_train.data.store import PassageStore
         from knowtrace_train.retrieval.bm25 import BM25Retriever, BM25Settings
 
         settings = BM25Settings(
             stemmer=config.stemmer, stopwords=config.stopwords, k1=config.k1, b=config.b, method=config.method
         )
+        if isinstance(passages, PassageStore):  # a corpus on disk (data.store.open_store): sharded, bounded memory
+            from knowtrace_train.retrieval.bm25_shards import ShardedBM25Retriever
+
+            return ShardedBM25Retriever(passages, settings, cache_dir=config.cache_dir, show_progress=config.show_progress)
         return BM25Retriever(passages, settings, cache_dir=config.cache_dir, show_progress=config.show_progress)
     if config.backend == "dense":
         from knowtrace_train.retrieval.dense import DenseRetriever

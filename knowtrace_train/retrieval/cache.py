@@ -23,7 +23,12 @@ def resolve_cache_dir(cache_dir: str | os.PathLike | None) -> Path | None:
 
 def corpus_fingerprint(passages: Sequence[Passage]) -> str:
     """SHA-256 of the passages' ids, titles and texts, in order: the same corpus gives the
-    same fingerprint in any process, and any change to any passage gives another."""
+    same fingerprint in any process, and any change to any passage gives another. A passage store
+    (`data.store.PassageStore`) gives the fingerprint it computed once while converting (a hash of
+    the same parts, ending with the count), so its 21M passages are not read again to key an index."""
+    kept = getattr(passages, "fingerprint", None)
+    if isinstance(kept, str) and kept:
+        return kept
     h = hashlib.sha256()
     h.update(len(passages).to_bytes(8, "little"))
     for p in passages:

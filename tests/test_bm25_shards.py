@@ -1,0 +1,87 @@
+"""The sharded BM25 index (retrieval/bm25_shards.py): the same scores and rankings as today's one-piece index."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import pytest
+
+from knowtrace_train.data.corpus import read_corpus
+from knowtrace_train.data.store import open_store
+from knowtrace_train.retrieval import RetrievalError, RetrieverConfig, build_retriever, pair_to_query
+from knowtrace_train.retrieval.bm25 import BM25Retriever, BM25Settings
+from knowtrace_train.retrieval.bm25_shards import SHARDED_FORMAT, ShardedBM25Retriever
+
+ROOT = Path(__file__).resolve().parents[1] / "data" / "world"
+
+
+def world_queries() -> list[str]:
+    out = []
+    for line in (ROOT / "dev.jsonl").read_text().splitlines()[:100]:
+        it = json.loads(line)
+        out.append(it["question"])
+        for (s, r, _o), sub in zip(it["evidence"]["triples"], it["evidence"]["sub_questions"]):
+            out += [pair_to_query(s, r), pair_to_query(s, sub["question"])]
+    return out + ["zzzunknownword", "the of and"]  # nothing matches these two
+
+
+@pytest.mark.parametrize("settings", [BM25Settings(), BM25Settings(method="robertson", stemmer=None, k1=1.5, b=0.5)])
+@pytest.mark.parametrize("shard_passages", [250, 100_000])
+def test_shards_score_and_rank_as_one_piece(tmp_path, settings, shard_passages):
+    store = open_store(ROOT / "corpus.jsonl", cache_dir=tmp_path)
+    one = BM25Retriever(read_corpus(ROOT / "corpus.jsonl"), settings, cache_dir=None)
+    sharded = ShardedBM25Retriever(store, settings, cache_dir=tmp_path, shard_passages=shard_passages)
+    assert len(sharded.meta["shards"]) == -(-len(store) // shard_passages)
+    queries = world_queries()
+    for k in (1, 5, 20):
+        a, b = one.search(queries, k), sharded.search(queries, k)
+        for q, x, y in zip(queries, a, b):
+            assert [h.passage.id for h in x] == [h.passage.id for h in y], q
+            assert all(abs(h.score - g.score) <= 1e-5 for h, g in zip(x, y)), q
+    assert a[-1] == [] and a[-2] == [] and b[-1] == [] and b[-2] == []
+    # one query per call gives what the batch gave; shards searched on two threads too
+    assert [sharded.search([q], 5)[0] for q in queries[:20]] == sharded.search(queries[:20], 5)
+    sharded.threads = 2
+    assert sharded.search(queries, 20) == b  # b: the k=20 results on one thread
+
+
+def test_build_retriever_on_a_store_is_sharded_and_reloads(tmp_path):
+    store = open_store(ROOT / "corpus.jsonl", cache_dir=tmp_path)
+    r = build_retriever(RetrieverConfig(cache_dir=str(tmp_path)), store)
+    assert isinstance(r, ShardedBM25Retriever)
+    again = build_retriever(RetrieverConfig(cache_dir=str(tmp_path)), store)
+    assert again.index_dir == r.index_dir
+    assert r.search(["capital of Drelovia"], 3) == again.search(["capital of Drelovia"], 3)
+
+
+def test_index_of_another_format_is_rebuilt_with_a_warning(tmp_path, caplog):
+    store = open_store(ROOT / "corpus.jsonl", cache_dir=tmp_path)
+    r = ShardedBM25Retriever(store, cache_dir=tmp_path, shard_passages=1000)
+    meta = r.index_dir / "knowtrace_bm25_shards.json"
+    meta.write_text(json.dumps({**json.loads(meta.read_text()), "format": SHARDED_FORMAT + 99}))
+    with caplog.at_level(logging.WARNING):
+        again = ShardedBM25Retriever(store, cache_dir=tmp_path, shard_passages=1000)
+    assert "rebuilding" in caplog.text and again.meta["format"] == SHARDED_FORMAT
+
+
+def test_a_list_is_refused(tmp_path):
+    with pytest.raises(RetrievalError, match="passage store"):
+        ShardedBM25Retriever(read_corpus(ROOT / "corpus.jsonl"), cache_dir=tmp_path)
+
+
+def test_a_full_disk_is_one_line_and_the_half_built_index_is_removed(tmp_path, monkeypatch):
+    import errno
+
+    from knowtrace_train.retrieval import bm25_shards
+
+    store = open_store(ROOT / "corpus.jsonl", cache_dir=tmp_path)
+
+    def full(*a, **k):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(bm25_shards.np, "save", full)
+    with pytest.raises(RetrievalError, match=r"bm25-shards: the disk filled while building the BM25 index: it needs about [\d,]+ bytes"):
+        ShardedBM25Retriever(store, cache_dir=tmp_path, shard_passages=1000)
+    assert list((tmp_path / "bm25-shards").iterdir()) == []
