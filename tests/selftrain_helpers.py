@@ -225,7 +225,7 @@ def _pause_after_first_part() -> None:
 
 #: set by the full-disk test: "append:<path's end>:<n>" makes the n-th record appended to that file (a rollout's
 #: part, e.g. iter_1/rollouts.jsonl.parts/rank0.jsonl) meet a full disk halfway through; "save" makes the first safetensors save of a model (M0's merge) write
-#: half its file and fail as safetensors does on a full disk
+#: half its file and fail as safetensors does on a full disk; "store" makes the first reuse-cache store fill it
 DISK_FULL_ENV = "KNOWTRACE_TEST_DISK_FULL"
 
 
@@ -246,6 +246,20 @@ def _disk_full_at() -> None:
             raise RuntimeError("Error while serializing: I/O error: No space left on device (os error 28)")
 
         real_save, mu.safe_save_file = mu.safe_save_file, half_then_full
+        return
+    if point == "store":  # the first store into the reuse cache: its first file fills the disk
+        from knowtrace_train.selftrain import reuse
+
+        copy_tree, calls = reuse.copy_tree, [0]
+
+        def fill_first(src, dst, link=False):
+            calls[0] += 1
+            if calls[0] == 1:
+                Path(dst).write_bytes(b"\0" * 100)
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            return copy_tree(src, dst, link)
+
+        reuse.copy_tree = fill_first
         return
     from knowtrace_train import io
     from knowtrace_train.selftrain import rollout
