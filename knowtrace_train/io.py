@@ -185,6 +185,9 @@ def atomic_dir(path: str | Path, *, done: str | None = None, what: str | None = 
                     raise
                 log.info("another process finished %s first; using its copy", path)
         except Exception as e:  # told before the temporary folder goes: its bytes are what filled the disk
+            if isinstance(e, DiskFullError):  # a write inside (a file of the folder): named by the folder
+                cause = e.__cause__ or e
+                raise disk_full_error(path.parent, what or path.name, cause) from cause
             if not is_disk_full(e, path.parent):
                 raise
             raise disk_full_error(path.parent, what or path.name, e) from e

@@ -64,6 +64,13 @@ def test_atomic_folder_keeps_the_old_folder(tmp_path):
             (tmp / "a").write_text("new, half")
             raise ENOSPC
     assert (target / "a").read_text() == "old" and _leftovers(tmp_path) == []
+    with pytest.raises(DiskFullError) as e:  # a file of the folder written by the helpers: named by the folder
+        with atomic_dir(target, what="the index") as tmp:
+            with pytest.MonkeyPatch.context() as m:
+                m.setattr(kio.os, "fsync", lambda fd: (_ for _ in ()).throw(ENOSPC))
+                atomic_write_text(tmp / "meta.json", "{}")
+    assert str(e.value).startswith(f"no space left on the device of {tmp_path} while writing the index (")
+    assert (target / "a").read_text() == "old" and _leftovers(tmp_path) == []
 
 
 def test_an_errno_lost_by_a_library_is_told_by_the_free_space(tmp_path, monkeypatch):
