@@ -1,6 +1,7 @@
-"""A full disk met by the tiny-model self-training run (issue 64 item 3), at a rollout's JSONL append, at M0's
-merge (a model save) and at its first reuse-cache store: the run stops with one line (exit 2) naming the folder and what it was writing, and the rerun
-of the same command, space freed, ends with the run folder an uninterrupted run makes, file by file."""
+"""A full disk met by the tiny-model self-training run (issue 64 item 3), at a rollout's JSONL append, at
+M0's merge (a model save) and at its first reuse-cache store: the run stops with one line (exit 2) naming the
+folder and what it was writing, and the rerun of the same command, space freed, ends with the run folder an
+uninterrupted run makes, file by file."""
 
 from __future__ import annotations
 
@@ -40,7 +41,8 @@ def test_a_full_disk_stops_in_one_line_and_the_rerun_gives_the_same_run(tmp_path
                                                                          point, folder, what):
     run = tmp_path / "cut"
     store = point == "store"
-    cfg = _config_file(tmp_path, "cut", tiny_model_dir, output_dir=str(run), **VALUES, **({"reuse": True} if store else {}))
+    cfg = _config_file(tmp_path, "cut", tiny_model_dir, output_dir=str(run), **VALUES,
+                       **({"reuse": True} if store else {}))
     env = {**ENV, "KNOWTRACE_CACHE": str(tmp_path / "cache")}
     r = subprocess.run([*SCRIPT, str(cfg)], capture_output=True, text=True, cwd=REPO, timeout=900,
                        env={**env, DISK_FULL_ENV: point})

@@ -7,7 +7,6 @@ from __future__ import annotations
 import logging
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
