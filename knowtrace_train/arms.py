@@ -25,9 +25,9 @@ from knowtrace_train.report import model_eval_file, p_text, pyplot, save_figure,
 
 #: config keys the runs of one arm may differ in: the seed, where and under which name they ran (and were
 #: tracked), how many threads, whether stages were taken from the reuse cache and whether evaluations ran beside
-#: other stages (on which schedule)
+#: other stages (on which schedule), whether a resume under another version was let through
 ARM_FREE_KEYS = frozenset({"seed", "seeds", "output_dir", "name", "threads", "reuse", "eval_beside",
-                           "eval_beside_fixed", "report_to", "run_name",
+                           "eval_beside_fixed", "report_to", "run_name", "resume_anyway",
                            # how a step's records are computed, not which: one pass of 4 or 4 accumulated passes
                            # of 1, prompt prefixes shared or not, give the same gradients (tests/test_train.py)
                            "train.per_device_batch_size", "train.share_prefixes",

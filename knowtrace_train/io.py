@@ -1,8 +1,16 @@
-"""File helpers every stage shares: JSON Lines with located errors, and atomic writes."""
+"""File helpers every stage shares: JSON Lines with located errors, and atomic writes.
+
+A full disk (ENOSPC, or an exhausted quota) met by any write made here (a JSONL append, an atomic file, an atomic
+folder: a model or adapter save, a reuse-cache store, a retrieval index) raises `DiskFullError`: one line naming
+the folder and what was being written, exit 2. What was half-written is removed first (an atomic file's or
+folder's temporary copy; an append's torn last line is cut off), so a rerun once space is freed reads nothing of
+it and redoes only the unfinished stage.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import logging
@@ -22,6 +30,67 @@ class DataFileError(UserError, ValueError):
     """A data file that cannot be read; the message names the file, line and field."""
 
     label = "data error"
+
+
+class DiskFullError(UserError):
+    """A write failed because the disk (or the user's quota) is full; the message names the folder and what
+    was being written. Not an OSError: code that tolerates a failed optional write (`except OSError`) must
+    not carry on past a full disk."""
+
+    label = "disk full"
+
+
+#: errno values of a full disk: no space left, quota exceeded
+FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
+#: how libraries that lose the errno word it (safetensors: "No space left on device (os error 28)")
+FULL_TEXTS = ("no space left on device", "os error 28", "disk quota exceeded")
+#: below this many free bytes, a write error whose errno was lost (numpy: "N requested and M written", torch's
+#: zip writer: "unexpected pos") is taken for a full disk
+FULL_MARGIN = 1 << 20
+
+
+def free_bytes(folder: str | Path) -> int | None:
+    """Bytes an unprivileged writer may still use on `folder`'s file system (None where it cannot be told)."""
+    p = Path(folder)
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    try:
+        st = os.statvfs(p)
+    except (OSError, AttributeError):
+        return None
+    return st.f_bavail * st.f_frsize
+
+
+def is_disk_full(e: BaseException, folder: str | Path | None = None) -> bool:
+    """Whether `e`, raised by a write into `folder`, comes from a full disk: its errno, its text, or (for an
+    OSError or RuntimeError that lost both) a file system with under `FULL_MARGIN` bytes left."""
+    if isinstance(e, UserError):
+        return False
+    if isinstance(e, OSError) and e.errno in FULL_ERRNOS:
+        return True
+    if any(t in str(e).lower() for t in FULL_TEXTS):
+        return True
+    if folder is not None and isinstance(e, (OSError, RuntimeError)):
+        free = free_bytes(folder)
+        return free is not None and free < FULL_MARGIN
+    return False
+
+
+def disk_full_error(folder: str | Path, what: str, e: BaseException) -> DiskFullError:
+    return DiskFullError(f"no space left on the device of {folder} while writing {what} ({e}); free some space "
+                         "and rerun the same command: finished stages are kept and nothing half-written is read")
+
+
+@contextlib.contextmanager
+def disk_space(folder: str | Path, what: str) -> Iterator[None]:
+    """Turn a full disk met in the block into a `DiskFullError` naming `folder` and `what` (the block
+    itself removes what it half-wrote); any other error passes unchanged."""
+    try:
+        yield
+    except Exception as e:
+        if not is_disk_full(e, folder):
+            raise
+        raise disk_full_error(folder, what, e) from e
 
 
 def iter_jsonl(
@@ -64,73 +133,98 @@ def file_sha256(path: str | Path, chunk: int = 1 << 20) -> str:
     return h.hexdigest()
 
 
-def atomic_write_text(path: str | Path, text: str) -> None:
-    """Write to a temporary file beside `path`, then rename: readers never see half a file."""
+def atomic_write_text(path: str | Path, text: str, what: str | None = None) -> None:
+    """Write to a temporary file beside `path`, then rename: readers never see half a file. A full disk
+    raises `DiskFullError` (naming `what`, else the file) with the temporary file removed."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; give the file the usual mode
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    with disk_space(path.parent, what or path.name):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(text)
+                f.flush()
+                os.fsync(f.fileno())
+            umask = os.umask(0)
+            os.umask(umask)
+            os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; give the file the usual mode
+            os.replace(tmp, path)
+        except BaseException:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            raise
 
 
 @contextlib.contextmanager
-def atomic_dir(path: str | Path, *, done: str | None = None) -> Iterator[Path]:
+def atomic_dir(path: str | Path, *, done: str | None = None, what: str | None = None) -> Iterator[Path]:
     """Yield a fresh temporary folder beside `path` to write into; when the block ends, rename it to
     `path`, so readers never see half a folder. An existing `path` is replaced. With `done` (the name
     of a marker file the block writes last), a `path` that holds that marker is a copy another
     process finished first: it is kept and this one discarded. When the block raises, the temporary
-    folder is removed and `path` is left as it was."""
+    folder is removed and `path` is left as it was; a full disk met in the block (a model's save, an index
+    build, a cache store) is raised as `DiskFullError` naming `what` (else the folder's name)."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
+    with disk_space(path.parent, what or path.name):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
     try:
-        yield tmp
-        tmp.chmod(0o755)  # mkdtemp makes 0700; give the folder the usual mode
-        if done is not None and (path / done).exists():
-            log.info("another process finished %s first; using its copy", path)
-            return
-        if path.is_dir() and not path.is_symlink():
-            shutil.rmtree(path)
-        elif path.exists() or path.is_symlink():
-            path.unlink()
         try:
-            os.replace(tmp, path)
-        except OSError:
-            if done is None or not (path / done).exists():
+            yield tmp
+            tmp.chmod(0o755)  # mkdtemp makes 0700; give the folder the usual mode
+            if done is not None and (path / done).exists():
+                log.info("another process finished %s first; using its copy", path)
+                return
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            elif path.exists() or path.is_symlink():
+                path.unlink()
+            try:
+                os.replace(tmp, path)
+            except OSError:
+                if done is None or not (path / done).exists():
+                    raise
+                log.info("another process finished %s first; using its copy", path)
+        except Exception as e:  # told before the temporary folder goes: its bytes are what filled the disk
+            if isinstance(e, DiskFullError):  # a write inside (a file of the folder): named by the folder
+                cause = e.__cause__ or e
+                raise disk_full_error(path.parent, what or path.name, cause) from cause
+            if not is_disk_full(e, path.parent):
                 raise
-            log.info("another process finished %s first; using its copy", path)
+            raise disk_full_error(path.parent, what or path.name, e) from e
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
 
 
-def write_jsonl(path: str | Path, rows: Iterable[dict[str, Any]]) -> None:
-    atomic_write_text(path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+def write_jsonl(path: str | Path, rows: Iterable[dict[str, Any]], what: str | None = None) -> None:
+    atomic_write_text(path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), what)
 
 
-def write_json(path: str | Path, obj: Any) -> None:
-    atomic_write_text(path, json.dumps(obj, indent=2, ensure_ascii=False) + "\n")
+def write_json(path: str | Path, obj: Any, what: str | None = None) -> None:
+    atomic_write_text(path, json.dumps(obj, indent=2, ensure_ascii=False) + "\n", what)
 
 
 def append_jsonl(path: str | Path, row: dict[str, Any]) -> None:
-    """Append one record and flush it to disk (used where each finished record must survive a kill)."""
+    """Append one record and flush it to disk (used where each finished record must survive a kill). A full
+    disk cuts the file back to the records it held before (no torn last line) and raises `DiskFullError`."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a", encoding="utf-8") as f:
-        f.write(json.dumps(row, ensure_ascii=False) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
+    with disk_space(path.parent, f"a record of {path.name}"):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        data = (json.dumps(row, ensure_ascii=False) + "\n").encode("utf-8")
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+        try:
+            start = os.fstat(fd).st_size
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view):]
+                os.fsync(fd)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.ftruncate(fd, start)  # the part of the record that made it to disk
+                raise
+        finally:
+            os.close(fd)
 
 
 #: The one variable that moves everything the toolkit caches (converted models, retrieval indexes, M0s).

@@ -23,6 +23,7 @@ if str(REPO) not in sys.path:
 from knowtrace_train.methods.knowtrace import outputs  # noqa: E402
 from knowtrace_train.generation.base import Completion, GenerationRequest  # noqa: E402
 from knowtrace_train.kg import GuidancePair  # noqa: E402
+from knowtrace_train.errors import user_errors  # noqa: E402
 
 EXTRA_GUIDANCE = "anything else worth knowing"
 
@@ -222,6 +223,72 @@ def _pause_after_first_part() -> None:
     rollout.append_jsonl = append_then_pause
 
 
+#: set by the full-disk test: "append:<path's end>:<n>" makes the n-th record appended to that file (a rollout's
+#: part, e.g. iter_1/rollouts.jsonl.parts/rank0.jsonl) meet a full disk halfway through; "save" makes the first safetensors save of a model (M0's merge) write
+#: half its file and fail as safetensors does on a full disk; "store" makes the first reuse-cache store fill it
+DISK_FULL_ENV = "KNOWTRACE_TEST_DISK_FULL"
+
+
+def _disk_full_at() -> None:
+    import errno
+    import os
+
+    point = os.environ.get(DISK_FULL_ENV)
+    if not point:
+        return
+    if point == "save":
+        import transformers.modeling_utils as mu
+
+        def half_then_full(tensors, filename, metadata=None):
+            real_save(tensors, filename, metadata=metadata)
+            with open(filename, "r+b") as f:
+                f.truncate(os.path.getsize(filename) // 2)
+            raise RuntimeError("Error while serializing: I/O error: No space left on device (os error 28)")
+
+        real_save, mu.safe_save_file = mu.safe_save_file, half_then_full
+        return
+    if point == "store":  # the first store into the reuse cache: its first file fills the disk
+        from knowtrace_train.selftrain import reuse
+
+        copy_tree, calls = reuse.copy_tree, [0]
+
+        def fill_first(src, dst, link=False):
+            calls[0] += 1
+            if calls[0] == 1:
+                Path(dst).write_bytes(b"\0" * 100)
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            return copy_tree(src, dst, link)
+
+        reuse.copy_tree = fill_first
+        return
+    from knowtrace_train import io
+    from knowtrace_train.selftrain import rollout
+
+    name, n = point.split(":", 1)[1].rsplit(":", 1)
+    append, seen = rollout.append_jsonl, [0]
+
+    def append_or_fill(path, row):
+        if not Path(path).as_posix().endswith(name):
+            return append(path, row)
+        seen[0] += 1
+        if seen[0] != int(n):
+            return append(path, row)
+        real = io.os.write
+
+        def half_then_full(fd, data):
+            real(fd, bytes(data[: len(data) // 2]))
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+        io.os.write = half_then_full
+        try:
+            return append(path, row)
+        finally:
+            io.os.write = real
+
+    rollout.append_jsonl = append_or_fill
+
+
+@user_errors
 def main(argv: list[str]) -> int:
     import json
     import logging
@@ -233,6 +300,7 @@ def main(argv: list[str]) -> int:
 
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     _pause_after_first_part()
+    _disk_full_at()
     config = load_config(SelfTrainConfig, argv[0], argv[1:])
     run = SelfTrain(config, progress=False)
     # the factory from the module by its name, not __main__'s copy: reuse keys name the generator factory,

@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+import knowtrace_train
+
 from knowtrace_train.config import ConfigError, load_config
 from knowtrace_train.metrics import paired_test
 from knowtrace_train.report import NO_INTERVAL, headline, load_run, table_header, table_row
@@ -336,6 +338,7 @@ def test_resume_refuses_another_process_count(tmp_path, tiny_model_dir):
     saved = tmp_path / "run" / "config.yaml"
     launch = yaml.safe_load(saved.read_text())["launch"]
     # both sections name effective_batch_size 4: 2 records per pass, 2 passes per step
+    assert launch.pop("version")["package"] == knowtrace_train.__version__  # the code's (tests/test_run_version.py)
     assert launch == {"processes": 1, "effective_batch": {"train": 4, "bootstrap": 4}}
     assert read_run_config(saved) == cfg
     check_same_config(cfg, saved, 1)

@@ -152,7 +152,7 @@ def convert_gguf(gguf: Path, cache: str | os.PathLike | None = None) -> Path:
 
     log.info("converting %s into %s (once)", gguf, target)
     # another process that finishes the same conversion first wins: its copy is kept
-    with atomic_dir(target, done=_DONE_MARKER) as tmp, gguf_parsed_once():
+    with atomic_dir(target, done=_DONE_MARKER, what="the dequantized model") as tmp, gguf_parsed_once():
         model = AutoModelForCausalLM.from_pretrained(
             str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32
         )

@@ -152,7 +152,7 @@ class BM25Retriever:
             self.index_dir: Path | None = None
         else:
             key = cache_key(corpus_fingerprint(self.passages), {"format": INDEX_FORMAT, **settings.to_dict()})
-            self.index_dir = build_once(root / "bm25" / key, self._build_into)
+            self.index_dir = build_once(root / "bm25" / key, self._build_into, "the BM25 index")
             self._analyzer, model = self._load(self.index_dir)
         self._set_matrix(model)
         #: whether the score matrix is read from the cache folder on demand rather than held in memory

@@ -45,15 +45,16 @@ def cache_key(corpus_fp: str, settings: dict[str, Any]) -> str:
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:24]
 
 
-def build_once(target: Path, build: Callable[[Path], None]) -> Path:
+def build_once(target: Path, build: Callable[[Path], None], what: str = "a retrieval index") -> Path:
     """Return `target` if it holds a finished index; otherwise call `build(tmp)` on a fresh
     folder beside it and rename that folder into place. A killed build leaves only a
     temporary folder behind, never a half-written `target`; two processes building the same
-    index at once both succeed and one copy wins."""
+    index at once both succeed and one copy wins; a full disk is a `DiskFullError` naming `what`, and leaves only
+    what it found."""
     if (target / "DONE").exists():
         return target
     # an unfinished leftover (no DONE marker) is replaced; a copy another process finished is kept
-    with atomic_dir(target, done="DONE") as tmp:
+    with atomic_dir(target, done="DONE", what=what) as tmp:
         build(tmp)
         (tmp / "DONE").write_text("ok\n")
     return target

@@ -72,7 +72,7 @@ class DenseRetriever:
         else:
             settings = {"format": EMBEDDINGS_FORMAT, "encoder": model_identity(self.encoder_name), "normalize": normalize}
             key = cache_key(corpus_fingerprint(self.passages), settings)
-            self.index_dir = build_once(root / "dense" / key, self._encode_into)
+            self.index_dir = build_once(root / "dense" / key, self._encode_into, "the dense index's embeddings")
             embeddings = np.load(self.index_dir / "embeddings.npy", mmap_mode="r")
             if embeddings.shape[0] != len(self.passages):
                 raise RetrievalError(

@@ -291,6 +291,9 @@ class SelfTrainConfig:
         "asked (wandb runs offline without WANDB_MODE or WANDB_API_KEY)")})
     run_name: str | None = field(default=None, metadata={"help": (
         "the trackers' name of this run (null: the run folder's name)")})
+    resume_anyway: bool = field(default=False, metadata={"help": (
+        "resume a run folder made by another knowtrace-train version (refused otherwise, naming both; another "
+        "commit of the same version is only warned about)")})
 
     def __post_init__(self) -> None:
         if self.iterations < 0:

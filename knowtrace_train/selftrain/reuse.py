@@ -48,7 +48,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from knowtrace_train.config import config_to_dict
 from knowtrace_train.errors import installed_version
-from knowtrace_train.io import atomic_dir, cache_home, file_sha256, model_identity, write_json
+from knowtrace_train.io import atomic_dir, cache_home, disk_space, file_sha256, model_identity, write_json
 from knowtrace_train.selftrain.entry_lock import EntryLock
 
 log = logging.getLogger(__name__)
@@ -217,9 +217,10 @@ class ReuseCache:
               link: bool = False) -> bool:
         """Put `files` (name in the entry -> a file or folder of the run; copied, or with `link` hard-linked
         where the file system allows) and the stage's figures in the cache; key.json last. A failure is
-        logged, never raised: the run does not depend on the cache."""
+        logged, never raised (the run does not depend on the cache), but for a full disk (`DiskFullError`,
+        exit 2: the run folder is most often on that disk too; the rerun computes the stage again)."""
         try:
-            with atomic_dir(entry.path, done=KEY_FILE) as tmp:
+            with atomic_dir(entry.path, done=KEY_FILE, what=f"the reuse cache's {entry.stage} entry") as tmp:
                 for name, src in files.items():
                     copy_tree(Path(src), tmp / name, link)
                 stored = [p for p in sorted(tmp.rglob("*")) if p.is_file()]
@@ -276,16 +277,17 @@ def link_tree(src: Path, dst: Path) -> bool:
 
 def copy_file(src: Path, dst: Path) -> None:
     """A copy of `src` at `dst`, written beside it and renamed (readers never see half a file)."""
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{dst.name}.", dir=dst.parent)
-    os.close(fd)
-    try:
-        shutil.copyfile(src, tmp)
-        os.replace(tmp, dst)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    with disk_space(dst.parent, f"{dst.name} (copied from the reuse cache)"):
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{dst.name}.", dir=dst.parent)
+        os.close(fd)
+        try:
+            shutil.copyfile(src, tmp)
+            os.replace(tmp, dst)
+        except BaseException:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            raise
 
 
 # -- the loop's side ----------------------------------------------------------------------------------------

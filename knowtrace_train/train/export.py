@@ -298,7 +298,7 @@ def _qlora_gap(base: Path, adapter_dir: Path, merged_dir: Path, prompts: Sequenc
 
 
 def _copy_dir(src: Path, dst: Path) -> None:
-    with atomic_dir(dst) as tmp:
+    with atomic_dir(dst, what=f"a copy of {src.name}") as tmp:
         shutil.copytree(src, tmp, dirs_exist_ok=True)
 
 

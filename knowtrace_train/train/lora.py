@@ -521,7 +521,7 @@ def _save_adapter(peft_model, output_dir: Path, role, base_model_path, config, p
                   extra: Mapping[str, Any] | None = None) -> None:
     if output_dir.exists():
         logger.info("replacing the adapter in %s", output_dir)
-    with atomic_dir(output_dir) as tmp:
+    with atomic_dir(output_dir, what=f"the trained {role} adapter") as tmp:
         peft_model.save_pretrained(str(tmp))
         info = {
             "role": role,

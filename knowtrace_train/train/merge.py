@@ -41,7 +41,7 @@ def merge_adapters_into_base(
     for a in adapters:
         model = PeftModel.from_pretrained(model, str(a)).merge_and_unload()
     tokenizer = AutoTokenizer.from_pretrained(str(base_path))
-    with atomic_dir(out_dir) as tmp:
+    with atomic_dir(out_dir, what="the merged model") as tmp:
         model.save_pretrained(str(tmp), safe_serialization=True)
         tokenizer.save_pretrained(str(tmp))
     logger.info("merged %s into %s -> %s", ", ".join(map(str, adapters)), base_path, out_dir)
