@@ -236,8 +236,7 @@ def test_calibration_on_the_models_own_explorations_scores_every_judgement_and_t
     from selftrain_helpers import oracle_factory, tiny_overrides
 
     cfg = load_config(SelfTrainConfig, None, tiny_overrides(tmp_path, tiny_model_dir, iterations=0, eval_base=False,
-                                                            **{"calibration.questions": 4}))
-    assert cfg.calibration.source == "explorations"
+                                                            **{"calibration.questions": 4, "calibration.source": "explorations"}))
     run = SelfTrain(cfg, progress=False)
     oracle = oracle_factory(run)
     run.make_generator = lambda gen_cfg: ScoringOracle(oracle(gen_cfg))

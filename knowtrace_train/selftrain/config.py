@@ -121,7 +121,7 @@ class BootstrapConfig:
             raise ValueError("bootstrap.questions and bootstrap.probe_questions must be >= 1")
 
 
-CALIBRATION_SOURCES = ("explorations", "gold")
+CALIBRATION_SOURCES = ("gold", "explorations")
 
 
 @dataclass
@@ -135,10 +135,10 @@ class CalibrationConfig:
         "train questions after the bootstrap's whose gold decision prompts calibrate each trained model's decision "
         "thresholds; 0: decide by greedy decoding")})
 
-    source: str = field(default="explorations", metadata={"help": (
-        "'explorations': the model's own explorations of those questions, every decision scored and none taken, "
-        "each labelled by whether its graph names the gold answer (the states it decides in); 'gold': the gold "
-        "trajectories' prompts (clean graphs); docs/decisions.md")})
+    source: str = field(default="gold", metadata={"help": (
+        "'gold': the gold trajectories' decision prompts; 'explorations': the model's own explorations of those "
+        "questions, every decision scored and none taken, each labelled by whether its graph names the gold answer "
+        "(measured worse: M0 answered too early, docs/decisions.md)")})
 
     def __post_init__(self) -> None:
         if isinstance(self.questions, bool) or not isinstance(self.questions, int) or self.questions < 0:
