@@ -82,6 +82,8 @@ def test_a_full_disk_is_one_line_and_the_half_built_index_is_removed(tmp_path, m
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(bm25_shards.np, "save", full)
-    with pytest.raises(RetrievalError, match=r"bm25-shards: the disk filled while building the BM25 index: it needs about [\d,]+ bytes"):
+    from knowtrace_train.io import DiskFullError
+
+    with pytest.raises(DiskFullError, match=r"bm25-shards: the disk filled while building the BM25 index: it needs about [\d,]+ bytes"):
         ShardedBM25Retriever(store, cache_dir=tmp_path, shard_passages=1000)
     assert list((tmp_path / "bm25-shards").iterdir()) == []

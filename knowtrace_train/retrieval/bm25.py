@@ -126,7 +126,49 @@ def make_analyzer(settings: BM25Settings):
     )
 
 
-class BM25Retriever:
+class PostingsSearch:
+    """Batched search over term-by-passage score matrices: queries analyzed by the index's own analyzer
+    (`self._analyzer`), batched so that their postings (`self._postings`, per term) stay under the chunk
+    budget, each batch scored by `self._search_chunk`. BM25Retriever and the sharded index share it."""
+
+    def analyze(self, queries: Sequence[str]) -> list[list[int]]:
+        """Term ids of each query, by the index's own analyzer; words the corpus never had drop out."""
+        return self._analyzer.tokenize(
+            list(queries), update_vocab=False, return_as="ids", show_progress=False, allow_empty=False
+        )
+
+    def search(self, queries: Sequence[str], k: int) -> list[list[ScoredPassage]]:
+        check_search_args(queries, k)
+        term_ids = self.analyze(queries)
+        out: list[list[ScoredPassage]] = []
+        for start, stop in self._chunks(term_ids):
+            out.extend(self._search_chunk(term_ids[start:stop], k))
+        return out
+
+    def _chunks(self, term_ids: list[list[int]]):
+        """Consecutive query ranges whose postings together stay under the chunk budget."""
+        start, budget = 0, 0
+        for i, ids in enumerate(term_ids):
+            cost = int(self._postings[ids].sum()) if ids else 0
+            if i > start and (budget + cost > POSTINGS_PER_CHUNK or i - start >= MAX_QUERIES_PER_CHUNK):
+                yield start, i
+                start, budget = i, 0
+            budget += cost
+        if start < len(term_ids):
+            yield start, len(term_ids)
+
+
+def query_matrix(term_ids: list[list[int]], n_terms: int, dtype):
+    """The queries as a sparse (queries x terms) matrix of term counts: a repeated query word counts as often as
+    it occurs, as in bm25s' own scoring."""
+    import scipy.sparse as sp
+
+    rows = np.repeat(np.arange(len(term_ids)), [len(t) for t in term_ids])
+    cols = np.fromiter((t for ids in term_ids for t in ids), dtype=np.int64, count=len(rows))
+    return sp.csr_matrix((np.ones(len(rows), dtype=dtype), (rows, cols)), shape=(len(term_ids), n_terms))
+
+
+class BM25Retriever(PostingsSearch):
     """BM25 over a fixed list of passages (the embedded default backend).
 
     The index (bm25s' score matrix plus the analyzer's vocabulary) is written to
@@ -215,43 +257,8 @@ class BM25Retriever:
         )
         self._postings = np.diff(np.asarray(self._matrix.indptr, dtype=np.int64))
 
-    # -- search ------------------------------------------------------------
-    def analyze(self, queries: Sequence[str]) -> list[list[int]]:
-        """Term ids of each query, by the index's own analyzer; words the corpus never had drop out."""
-        return self._analyzer.tokenize(
-            list(queries), update_vocab=False, return_as="ids", show_progress=False, allow_empty=False
-        )
-
-    def search(self, queries: Sequence[str], k: int) -> list[list[ScoredPassage]]:
-        check_search_args(queries, k)
-        term_ids = self.analyze(queries)
-        out: list[list[ScoredPassage]] = []
-        for start, stop in self._chunks(term_ids):
-            out.extend(self._search_chunk(term_ids[start:stop], k))
-        return out
-
-    def _chunks(self, term_ids: list[list[int]]):
-        """Consecutive query ranges whose postings together stay under the chunk budget."""
-        start, budget = 0, 0
-        for i, ids in enumerate(term_ids):
-            cost = int(self._postings[ids].sum()) if ids else 0
-            if i > start and (budget + cost > POSTINGS_PER_CHUNK or i - start >= MAX_QUERIES_PER_CHUNK):
-                yield start, i
-                start, budget = i, 0
-            budget += cost
-        if start < len(term_ids):
-            yield start, len(term_ids)
-
     def _search_chunk(self, term_ids: list[list[int]], k: int) -> list[list[ScoredPassage]]:
-        import scipy.sparse as sp
-
-        n_terms = self._matrix.shape[0]
-        rows = np.repeat(np.arange(len(term_ids)), [len(t) for t in term_ids])
-        cols = np.fromiter((t for ids in term_ids for t in ids), dtype=np.int64, count=len(rows))
-        # a repeated query word counts as often as it occurs, as in bm25s' own scoring
-        queries = sp.csr_matrix(
-            (np.ones(len(rows), dtype=self._matrix.dtype), (rows, cols)), shape=(len(term_ids), n_terms)
-        )
+        queries = query_matrix(term_ids, self._matrix.shape[0], self._matrix.dtype)
         scores = queries @ self._matrix  # (queries x passages), only passages sharing a term
         indptr, indices, data = scores.indptr, scores.indices, scores.data
         results = []

@@ -26,8 +26,9 @@ from typing import Sequence
 import numpy as np
 
 from knowtrace_train.data.schema import Passage
-from knowtrace_train.retrieval.base import RetrievalError, ScoredPassage, check_search_args, passage_text
-from knowtrace_train.retrieval.bm25 import MAX_QUERIES_PER_CHUNK, POSTINGS_PER_CHUNK, BM25Settings, _bm25s, _top_k, make_analyzer
+from knowtrace_train.io import DiskFullError
+from knowtrace_train.retrieval.base import RetrievalError, ScoredPassage, passage_text
+from knowtrace_train.retrieval.bm25 import BM25Settings, PostingsSearch, _bm25s, _top_k, make_analyzer, query_matrix
 from knowtrace_train.retrieval.cache import build_once, cache_key, resolve_cache_dir
 
 log = logging.getLogger(__name__)
@@ -42,7 +43,7 @@ def _store_bytes(store) -> int:
     return sum(f.stat().st_size for f in Path(folder).iterdir() if f.is_file()) if folder else 0
 
 
-class ShardedBM25Retriever:
+class ShardedBM25Retriever(PostingsSearch):
     """BM25 over `store` (a `data.store.PassageStore`, or any sequence of passages with a
     `fingerprint`), built once into `cache_dir/bm25-shards/<key>` and memory-mapped from there."""
 
@@ -81,11 +82,11 @@ class ShardedBM25Retriever:
                 shutil.rmtree(folder)
         try:
             self.index_dir = build_once(folder, self._build_into)
-        except OSError as e:
-            if e.errno != errno.ENOSPC:
+        except (OSError, DiskFullError) as e:
+            if isinstance(e, OSError) and e.errno != errno.ENOSPC:
                 raise
             need = _store_bytes(store)
-            raise RetrievalError(
+            raise DiskFullError(
                 f"{folder.parent}: the disk filled while building the BM25 index: it needs about {need:,} bytes "
                 f"(about the store's size, measured 0.7x plus the shards' term ids while building); "
                 f"{shutil.disk_usage(folder.parent).free:,} are free; the half-built index was removed"
@@ -206,42 +207,10 @@ class ShardedBM25Retriever:
             self._postings += np.diff(np.asarray(arrays[2], dtype=np.int64))
             self._shards.append((shard["start"], m))
 
-    # -- search ------------------------------------------------------------
-    def analyze(self, queries: Sequence[str]) -> list[list[int]]:
-        return self._analyzer.tokenize(
-            list(queries), update_vocab=False, return_as="ids", show_progress=False, allow_empty=False
-        )
-
-    def search(self, queries: Sequence[str], k: int) -> list[list[ScoredPassage]]:
-        check_search_args(queries, k)
-        term_ids = self.analyze(queries)
-        out: list[list[ScoredPassage]] = []
-        for start, stop in self._chunks(term_ids):
-            out.extend(self._search_batch(term_ids[start:stop], k))
-        return out
-
-    def _chunks(self, term_ids: list[list[int]]):
-        """Consecutive query ranges whose postings (over all shards) stay under the budget of
-        `bm25.POSTINGS_PER_CHUNK`, as the one-piece index batches them."""
-        start, budget = 0, 0
-        for i, ids in enumerate(term_ids):
-            cost = int(self._postings[ids].sum()) if ids else 0
-            if i > start and (budget + cost > POSTINGS_PER_CHUNK or i - start >= MAX_QUERIES_PER_CHUNK):
-                yield start, i
-                start, budget = i, 0
-            budget += cost
-        if start < len(term_ids):
-            yield start, len(term_ids)
-
+    # -- search (PostingsSearch: analyze, search, batches under the postings budget) ---------------
     def search_rows(self, term_ids: list[list[int]], k: int) -> list[tuple[np.ndarray, np.ndarray]]:
         """Per query, (rows, scores) of its k best passages, best first, ties by row."""
-        import scipy.sparse as sp
-
-        n_terms = self.meta["num_terms"]
-        rows = np.repeat(np.arange(len(term_ids)), [len(t) for t in term_ids])
-        cols = np.fromiter((t for ids in term_ids for t in ids), dtype=np.int64, count=len(rows))
-        dtype = self._shards[0][1].dtype
-        q = sp.csr_matrix((np.ones(len(rows), dtype=dtype), (rows, cols)), shape=(len(term_ids), n_terms))
+        q = query_matrix(term_ids, self.meta["num_terms"], self._shards[0][1].dtype)
         found: list[list[tuple[np.ndarray, np.ndarray]]] = [[] for _ in term_ids]
 
         def one_shard(shard):
@@ -272,7 +241,7 @@ class ShardedBM25Retriever:
         out = []
         for parts in found:
             if not parts:
-                out.append((np.zeros(0, dtype=np.int64), np.zeros(0, dtype=dtype)))
+                out.append((np.zeros(0, dtype=np.int64), np.zeros(0, dtype=q.dtype)))
                 continue
             docs = np.concatenate([p[0] for p in parts])
             vals = np.concatenate([p[1] for p in parts])
@@ -282,7 +251,7 @@ class ShardedBM25Retriever:
             out.append((docs[order], vals[order]))
         return out
 
-    def _search_batch(self, term_ids: list[list[int]], k: int) -> list[list[ScoredPassage]]:
+    def _search_chunk(self, term_ids: list[list[int]], k: int) -> list[list[ScoredPassage]]:
         return [
             [ScoredPassage(self.store[int(d)], float(v)) for d, v in zip(docs, vals)]
             for docs, vals in self.search_rows(term_ids, k)
