@@ -239,7 +239,7 @@ def test_the_fixed_schedule_joins_each_evaluation_before_the_training_after_it(t
     if fixed:
         assert [r.split()[0] for r in rows] == ["0", "1", "2", "base"]
         assert seen == [*[(f"iter_{z} dev eval", 1, 2, ["DONE.rationalize", "DONE.rollout"]) for z in (0, 1)],
-                        ("base dev eval", 1, 2, [f"DONE.{s}" for s in ("eval", "rationalize", "rollout",
+                        ("base dev eval", 1, 2, [f"DONE.{s}" for s in ("calibrate", "eval", "rationalize", "rollout",
                                                                           "train_complete", "train_explore")])]
         assert set(threads) == {1}, threads
         summary = json.loads((run.run_dir / "summary.json").read_text())
@@ -269,7 +269,9 @@ def test_an_evaluation_the_cache_serves_is_taken_in_turn_without_building_a_gene
     for folder in ("base", "iter_0"):
         assert "reused_from" in json.loads((second.run_dir / folder / "DONE.eval").read_text()), folder
     assert not {"base dev eval", "iter_0 dev eval"} & set(calls)  # no model call for the served evaluations
-    assert built == ["MainThread"], built  # only the last evaluation's (M1): none was built for the served two
+    # M0's and M1's calibrations (a few seconds of scoring each, in turn) and the last evaluation's (M1's): none was
+    # built for the served two
+    assert built == ["MainThread"] * 3, built
 
 
 def test_an_evaluation_failing_beside_fails_the_run_on_the_main_thread(tmp_path, tiny_model_dir):
