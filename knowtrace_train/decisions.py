@@ -17,9 +17,10 @@ import random
 import time
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any, Mapping, MutableMapping, Sequence
+from typing import Any, Iterable, Mapping, MutableMapping, Sequence
 
-from knowtrace_train.generation.base import GenerationError, GenerationRequest, OptionScorer, OptionScores, score_each
+from knowtrace_train.generation.base import (
+    GenerationError, GenerationRequest, OptionScorer, OptionScores, request_seed, score_each)
 
 #: the record field that marks a decision: {"kind", "label", "start", "end"} (characters of the completion)
 DECISION = "decision"
@@ -155,19 +156,25 @@ def choose_threshold(log_odds: Sequence[float], labels: Sequence[bool]) -> dict[
 
 
 def calibrate(scorer: OptionScorer, prompts: Sequence[DecisionPrompt]) -> dict[str, dict[str, Any]]:
-    """Per decision kind of `prompts`, `choose_threshold` over the scorer's log-odds ({} where none; a kind that
-    cannot be calibrated has {"threshold": None, "why": ...})."""
-    out: dict[str, dict[str, Any]] = {}
-    kinds = sorted({p.kind for p in prompts})
+    """Per decision kind of `prompts`, `choose_threshold` over the scorer's log-odds (`thresholds_by_kind`)."""
     scores = score_decisions(scorer, prompts)
-    for k in kinds:
-        idx = [i for i, p in enumerate(prompts) if p.kind == k]
-        chosen = choose_threshold([scores[i] for i in idx], [prompts[i].label for i in idx])
-        labels = Counter(prompts[i].label for i in idx)
-        out[k] = chosen if chosen is not None else {
-            "threshold": None, "positives": labels[True], "negatives": labels[False],
-            "why": "the held-out prompts carry one label only, or none was scored"}
-        out[k]["prompts"] = len(idx)
+    return thresholds_by_kind(((p.kind, d, p.label) for p, d in zip(prompts, scores)),
+                              "the held-out prompts carry one label only, or none was scored")
+
+
+def thresholds_by_kind(rows: Iterable[tuple[str, float, bool]], why: str) -> dict[str, dict[str, Any]]:
+    """Per decision kind of `rows` ((kind, log-odds, label)), sorted by kind: `choose_threshold`'s result, or
+    {"threshold": None, "positives", "negatives", "why": `why`} where the kind cannot be calibrated; each with
+    its "prompts" count."""
+    by_kind: dict[str, list[tuple[float, bool]]] = {}
+    for kind, d, label in rows:
+        by_kind.setdefault(kind, []).append((d, bool(label)))
+    out: dict[str, dict[str, Any]] = {}
+    for kind in sorted(by_kind):
+        scores, labels = [d for d, _ in by_kind[kind]], [y for _, y in by_kind[kind]]
+        out[kind] = choose_threshold(scores, labels) or {
+            "threshold": None, "positives": sum(labels), "negatives": len(labels) - sum(labels), "why": why}
+        out[kind]["prompts"] = len(labels)
     return out
 
 
@@ -222,3 +229,20 @@ def decide(scorer: OptionScorer, requests: Sequence[GenerationRequest], options:
             yes = margin > 0
         out.append(Decided(options[0] if yes else options[1], d))
     return out, dt
+
+
+def decide_jobs(scorer: OptionScorer, jobs: Sequence[Any], *, prefix: str, role: str, threshold: float,
+                temperature: float, seed: int, stream: str) -> float:
+    """An engine's calls decided by `threshold` (`decide`, " Yes" against " No" after `prefix` under `role`): each
+    job (an engine's pending call: its `prompt` and `state.traj`) gets `decided` (the word to feed and record as
+    output) and `log_odds` where the scores are known, and its question's trajectory its share of the scoring's
+    seconds. Each call draws on its own stream: `request_seed(seed, trajectory id, the call's index, stream)`.
+    Returns the seconds."""
+    requests = [GenerationRequest(prompt=j.prompt, prefix=prefix, role=role, max_new_tokens=1) for j in jobs]
+    seeds = [request_seed(seed, j.state.traj.id, len(j.state.traj.calls), stream) for j in jobs]
+    decided, dt = decide(scorer, requests, (" Yes", " No"), threshold, temperature, seeds)
+    for j, d in zip(jobs, decided):
+        j.state.traj.wall_time += dt / len(jobs)
+        if d is not None:
+            j.decided, j.log_odds = d.word, d.log_odds
+    return dt

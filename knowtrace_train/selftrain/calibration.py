@@ -57,7 +57,7 @@ class Calibration:
         (`Method.probe_decisions`), each labelled by its outcome (`Method.decision_outcomes`: KnowTrace's graph
         names the gold answer or not); the thresholds chosen on them. A generator that scores no options falls
         back to the gold prompts."""
-        from knowtrace_train.decisions import choose_threshold
+        from knowtrace_train.decisions import thresholds_by_kind
         from knowtrace_train.generation.base import OptionScorer
         from knowtrace_train.selftrain.rollout import run_rollouts
 
@@ -74,12 +74,7 @@ class Calibration:
         info: dict[str, Any] = {}
         if self.procs.is_main:
             outcomes = self.method.decision_outcomes(trajs, self.items_by_id)
-            decisions: dict[str, dict[str, Any]] = {}
-            for kind in sorted({k for k, _, _ in outcomes}):
-                mine = [(d, y) for k, d, y in outcomes if k == kind]
-                decisions[kind] = choose_threshold([d for d, _ in mine], [y for _, y in mine]) or {
-                    "threshold": None, "why": "the explorations carry one outcome only, or none was scored"}
-                decisions[kind]["prompts"] = len(mine)
+            decisions = thresholds_by_kind(outcomes, "the explorations carry one outcome only, or none was scored")
             info = write_calibration(folder, state.name, len(items), len(outcomes), decisions, "explorations")
         return self.procs.broadcast(info)
 

@@ -34,8 +34,8 @@ from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 from knowtrace_train.data.schema import QAItem
-from knowtrace_train.decisions import decide, require_scorer
-from knowtrace_train.generation.base import GenerationRequest, Generator, request_seed
+from knowtrace_train.decisions import decide_jobs, require_scorer
+from knowtrace_train.generation.base import Generator
 from knowtrace_train.kg import GuidancePair, Triplet, TracedTriplet
 from knowtrace_train.kg_store import GraphStore, KGStoreError
 from knowtrace_train.methods.calls import CallSpec, generate_calls
@@ -246,17 +246,12 @@ class DoG:
         return rest
 
     def _decide(self, jobs: list[_Job]) -> None:
-        """The answer tries' Yes/No as a calibrated decision (`decisions.decide`, on each call's own seeded
+        """The answer tries' Yes/No as a calibrated decision (`decisions.decide_jobs`, on each call's own seeded
         stream): the decided word is fed and recorded as the model's output; a request the scorer refuses is left
         to greedy decoding. The scoring's seconds are shared among the jobs' questions."""
         cfg = self.config
-        requests = [GenerationRequest(prompt=j.prompt, role=ANSWER_TRY, max_new_tokens=1) for j in jobs]
-        seeds = [request_seed(cfg.seed, j.state.traj.id, len(j.state.traj.calls), ANSWER_TRY) for j in jobs]
-        decided, dt = decide(self._generator, requests, (" Yes", " No"), cfg.answer_try_threshold, cfg.temperature, seeds)
-        for j, d in zip(jobs, decided):
-            j.state.traj.wall_time += dt / len(jobs)
-            if d is not None:
-                j.decided, j.log_odds = d.word, d.log_odds
+        decide_jobs(self._generator, jobs, prefix="", role=ANSWER_TRY, threshold=cfg.answer_try_threshold,
+                    temperature=cfg.temperature, seed=cfg.seed, stream=ANSWER_TRY)
 
     def _debate(self, debating: list[_State], hop: int) -> None:
         """The debate's turns, one batch per turn; then each question becomes its simplified one and

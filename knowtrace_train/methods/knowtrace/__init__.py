@@ -131,15 +131,12 @@ class KnowTraceMethod(Method):
         """The sufficiency judgement's held-out gold prompts: per item with a gold chain of n hops, the n + 1
         exploration prompts of its gold trajectory (No while a hop is missing, Yes once the chain is in the
         graph), as `config` renders them (its exemplars, its graph format)."""
-        from knowtrace_train.decisions import DecisionPrompt
-        from knowtrace_train.methods.knowtrace.judgement import YES, gold_judgement_prompts
-        from knowtrace_train.methods.knowtrace.outputs import JUDGEMENT, SUFFICIENCY
+        from knowtrace_train.methods.knowtrace.judgement import as_decision_prompt, gold_judgement_prompts
 
         if not config.prefill_judgement:
             return []
         prompts, _ = gold_judgement_prompts(items, fewshot=config.fewshot.explore, kg_format=config.kg_format)
-        return [DecisionPrompt(SUFFICIENCY, p.prompt, JUDGEMENT, config.roles.explore, (" Yes", " No"), p.label == YES,
-                               p.item_id, p.kind) for p in prompts]
+        return [as_decision_prompt(p, config.roles.explore) for p in prompts]
 
     def probe_decisions(self, config: KnowTraceConfig) -> KnowTraceConfig | None:
         """Every judgement scored, none Yes (a threshold no log-odds reach): each question explores until it stops

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from knowtrace_train.data.schema import Passage, QAItem
-from knowtrace_train.decisions import decide, require_scorer
+from knowtrace_train.decisions import decide_jobs, require_scorer
 from knowtrace_train.generation.base import Completion, GenerationRequest, Generator, generate_each, request_seed
 from knowtrace_train.kg import GuidancePair, TracedTriplet
 from knowtrace_train.methods.base import check_width
@@ -308,22 +308,16 @@ class KnowTrace:
             self._on_done(s.traj)
 
     def _decide(self, jobs: list[_Job]) -> float:
-        """The sufficiency judgement of each exploration as a calibrated decision (`decisions.decide`): P(" Yes")
+        """The sufficiency judgement of each exploration as a calibrated decision (`decisions.decide_jobs`): P(" Yes")
         and P(" No") after the judgement words (one batched scoring, no decoding), Yes where the log-odds exceed
         `judgement_threshold` (sampled at the strategy's temperature, on the call's own seeded stream). The chosen
         word is fed after the judgement words and recorded as the model's output: training puts its loss on it,
         as on any generated token. A request the scorer refuses is left to greedy decoding. Returns the seconds,
         shared among the jobs' questions."""
         cfg = self.config
-        requests = [GenerationRequest(prompt=j.prompt, prefix=j.prefill, role=cfg.roles.explore, max_new_tokens=1)
-                    for j in jobs]
-        seeds = [request_seed(cfg.seed, j.state.traj.id, len(j.state.traj.calls), "judgement") for j in jobs]
-        decided, dt = decide(self._generator, requests, (" Yes", " No"), cfg.judgement_threshold, cfg.temperature, seeds)
-        for j, d in zip(jobs, decided):
-            j.state.traj.wall_time += dt / len(jobs)
-            if d is not None:
-                j.decided, j.log_odds = d.word, d.log_odds
-        return dt
+        return decide_jobs(self._generator, jobs, prefix=JUDGEMENT, role=cfg.roles.explore,
+                           threshold=cfg.judgement_threshold, temperature=cfg.temperature, seed=cfg.seed,
+                           stream="judgement")
 
     def _generate(self, jobs: list[_Job]) -> tuple[list[ModelCall], float]:
         """One batched generate() for `jobs`; record a ModelCall on each job's trajectory.

@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
 from knowtrace_train.data.schema import QAItem
-from knowtrace_train.generation.base import GenerationRequest
 from knowtrace_train.methods.gold_chain import checked_chain
 from knowtrace_train.methods.knowtrace.config import EXPLORE
 from knowtrace_train.methods.knowtrace.outputs import JUDGEMENT, SUFFICIENCY
@@ -64,10 +63,18 @@ def score_judgements(scorer, prompts: Sequence[JudgementPrompt], role: str, pref
     where `prefill_judgement`, else after the prompt with the words as the prefix all the same: the decision is
     the token after them), through `scorer.score_options` under `role`'s adapter (`decisions.score_decisions`;
     NaN where unscored). `p_yes` turns them into P(Yes) of the two."""
-    from knowtrace_train.decisions import DecisionPrompt, score_decisions
+    from knowtrace_train.decisions import score_decisions
 
-    return score_decisions(scorer, [DecisionPrompt(SUFFICIENCY, p.prompt, JUDGEMENT, role, (" " + YES, " " + NO),
-                                                   p.label == YES, p.item_id, p.kind) for p in prompts], batch)
+    return score_decisions(scorer, [as_decision_prompt(p, role) for p in prompts], batch)
+
+
+def as_decision_prompt(p: JudgementPrompt, role: str):
+    """`p` as the sufficiency judgement's `decisions.DecisionPrompt`: " Yes" against " No" after the judgement
+    words, under `role`'s adapter."""
+    from knowtrace_train.decisions import DecisionPrompt
+
+    return DecisionPrompt(SUFFICIENCY, p.prompt, JUDGEMENT, role, (" " + YES, " " + NO), p.label == YES, p.item_id,
+                          p.kind)
 
 
 def p_yes(log_odds: float) -> float:
