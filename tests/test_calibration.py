@@ -179,19 +179,27 @@ class ScoringOracle:
         self.oracle.close()
 
 
-def test_self_training_calibrates_m0_and_each_trained_iteration_and_evaluates_with_it(tmp_path, tiny_model_dir):
+def scoring_oracle_run(tmp_path, tiny_model_dir, **values):
+    """A tiny-model self-training run whose models answer gold prompts as the oracle does and score options
+    (`ScoringOracle`), run to its end; returns the SelfTrain."""
     from knowtrace_train.config import load_config
     from knowtrace_train.selftrain import SelfTrain, SelfTrainConfig
-    from knowtrace_train.selftrain.models import run_model
-    from knowtrace_train.trajectory import read_trajectories
     from selftrain_helpers import oracle_factory, tiny_overrides
 
-    cfg = load_config(SelfTrainConfig, None, tiny_overrides(tmp_path, tiny_model_dir, iterations=1, eval_base=False,
-                                                            **{"calibration.questions": 5, "calibration.source": "gold"}))
-    run = SelfTrain(cfg, progress=False)
+    run = SelfTrain(load_config(SelfTrainConfig, None, tiny_overrides(tmp_path, tiny_model_dir, eval_base=False,
+                                                                      **values)), progress=False)
     oracle = oracle_factory(run)
     run.make_generator = lambda gen_cfg: ScoringOracle(oracle(gen_cfg))
     run.run()
+    return run
+
+
+def test_self_training_calibrates_m0_and_each_trained_iteration_and_evaluates_with_it(tmp_path, tiny_model_dir):
+    from knowtrace_train.selftrain.models import run_model
+    from knowtrace_train.trajectory import read_trajectories
+
+    run = scoring_oracle_run(tmp_path, tiny_model_dir, iterations=1,
+                             **{"calibration.questions": 5, "calibration.source": "gold"})
     d = run.run_dir
     ids = json.loads((d / "questions.json").read_text())
     assert len(ids["calibration"]) == 5 and not set(ids["calibration"]) & set(ids["rollout"] + ids["bootstrap"])
@@ -229,18 +237,11 @@ def test_no_calibration_questions_keep_greedy_decisions(tmp_path, tiny_model_dir
 
 
 def test_calibration_on_the_models_own_explorations_scores_every_judgement_and_takes_none(tmp_path, tiny_model_dir):
-    from knowtrace_train.config import load_config
     from knowtrace_train.methods.knowtrace.judgement import graph_names_answer
-    from knowtrace_train.selftrain import SelfTrain, SelfTrainConfig
     from knowtrace_train.trajectory import read_trajectories
-    from selftrain_helpers import oracle_factory, tiny_overrides
 
-    cfg = load_config(SelfTrainConfig, None, tiny_overrides(tmp_path, tiny_model_dir, iterations=0, eval_base=False,
-                                                            **{"calibration.questions": 4, "calibration.source": "explorations"}))
-    run = SelfTrain(cfg, progress=False)
-    oracle = oracle_factory(run)
-    run.make_generator = lambda gen_cfg: ScoringOracle(oracle(gen_cfg))
-    run.run()
+    run = scoring_oracle_run(tmp_path, tiny_model_dir, iterations=0,
+                             **{"calibration.questions": 4, "calibration.source": "explorations"})
     d = run.run_dir / "iter_0"
     probe = read_trajectories(d / "calibration_rollouts.jsonl")
     ids = json.loads((run.run_dir / "questions.json").read_text())["calibration"]
