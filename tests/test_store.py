@@ -13,7 +13,7 @@ import pytest
 
 from knowtrace_train.data import store as store_mod
 from knowtrace_train.data.corpus import CorpusError, read_corpus
-from knowtrace_train.data.store import STORE_FORMAT, PassageStore, open_store
+from knowtrace_train.data.store import STORE_FORMAT, PassageStore, StoreIds, open_store, passages_by_id
 from knowtrace_train.io import DataFileError
 
 WORLD = Path(__file__).resolve().parents[1] / "data" / "world" / "corpus.jsonl"
@@ -33,6 +33,32 @@ def test_store_rows_equal_read_corpus(tmp_path):
     assert st[3:6] == ref[3:6]
     with pytest.raises(IndexError):
         st[len(ref)]
+
+
+def test_lookup_by_id_equals_the_dict_of_every_passage(tmp_path):
+    st = open_store(WORLD, cache_dir=tmp_path)
+    ref = {p.id: p for p in read_corpus(WORLD)}
+    by_id = passages_by_id(st)
+    assert isinstance(by_id, StoreIds) and len(by_id) == len(ref)
+    assert {pid: by_id[pid] for pid in ref} == ref
+    assert all(pid in by_id for pid in ref) and list(by_id) == list(ref)  # iteration: the ids in corpus order
+    assert [st.row_of(pid) for pid in list(ref)[:5]] == [0, 1, 2, 3, 4]
+    # a missing id, as the dict has it: KeyError, `in` false, get's default (and never a row of another id)
+    for missing in ("no-such-id", "", str(len(ref)), 7):
+        assert missing not in by_id and by_id.get(missing) is None
+        with pytest.raises(KeyError):
+            by_id[missing]
+    assert st.row_of("no-such-id") is None
+    assert passages_by_id(read_corpus(WORLD)) == ref  # a list: the dict, as before
+
+
+def test_lookup_by_id_tells_apart_ids_of_one_hash(tmp_path, monkeypatch):
+    """Two ids of one 8-byte hash (forced here: 4 hash values for 40 ids) are both found, each by its own id."""
+    monkeypatch.setattr(store_mod, "_id_hash", lambda pid: sum(pid.encode()) % 4)
+    rows = [{"id": f"p{i}", "title": f"T{i}", "text": f"text {i}"} for i in range(40)]
+    st = open_store(write(tmp_path / "c.jsonl", rows), cache_dir=tmp_path / "cache")
+    assert [st.by_id[f"p{i}"].text for i in range(40)] == [f"text {i}" for i in range(40)]
+    assert "p40" not in st.by_id and st.row_of("p40") is None
 
 
 def test_flashrag_contents_and_unicode(tmp_path):
@@ -116,8 +142,9 @@ print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base) / 1024)
 
 def test_conversion_memory_stays_bounded_as_the_corpus_grows(tmp_path):
     """Peak RSS of a conversion above the process's start (in a fresh process) at 20k and 200k
-    passages: ten times the passages (about 35 MB more corpus) may add a few MB at most (8 bytes of
-    id hash a passage, sorted: 1.4 MB; measured 1.4 and 3.6 MB over the start)."""
+    passages: ten times the passages (about 35 MB more corpus) may add a few MB at most (16 bytes a
+    passage at the end, the id hashes and their order sorted into the id index: 3.2 MB; measured 1.6
+    and 5.3 MB over the start)."""
     grow = {}
     for n in (20_000, 200_000):
         d = tmp_path / str(n)

@@ -5,6 +5,8 @@ Layout of a store folder (`<cache>/store/<fingerprint[:24]>/`):
 
 - ``passages.jsonl``: one canonical ``{"id", "title", "text"}`` line per passage, in corpus order;
 - ``offsets.i64``: little-endian int64 byte offsets, one per passage plus the end (memory-mapped);
+- ``idhash.u64``, ``idrows.i64``: the id index, every passage's id hash (8 bytes of BLAKE2b) sorted, and
+  the row of each (memory-mapped): `store.by_id[pid]` is a binary search, the id checked on the row read;
 - ``meta.json``: the format version, the passage count, the content fingerprint, the lines skipped;
 - ``DONE``: written last; a folder without it is never opened.
 
@@ -14,8 +16,9 @@ and mtime_ns (``<cache>/store/by-file/<key>.json``) maps the file to its store, 
 neither re-reads nor re-hashes the file. Why a plain offsets file and not Arrow: docs/retrieval.md
 ("The passage store"), measured.
 
-Memory while converting: one line at a time, plus 8 bytes per passage (a hash of its id, sorted at
-the end to refuse duplicate ids, as `read_corpus` does).
+Memory while converting: one line at a time, plus 8 bytes per passage (a hash of its id), then 16 at the
+end (the hashes and their order, sorted into the id index and to refuse duplicate ids, as `read_corpus`
+does).
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ import mmap
 import os
 import shutil
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Iterator, overload
 
@@ -41,8 +44,10 @@ from knowtrace_train.io import cache_home, iter_jsonl
 log = logging.getLogger(__name__)
 
 #: Bumped whenever the files of a store change meaning; a store of another version is rebuilt.
-STORE_FORMAT = 1
+#: 2: the id index (idhash.u64 sorted, idrows.i64).
+STORE_FORMAT = 2
 _WRITE_BUFFER = 16384  # offsets and id hashes written per flush
+_SORT_CHUNK = 1 << 16  # sorted id hashes written per flush
 
 
 def store_root(cache_dir: str | os.PathLike | None = "") -> Path:
@@ -68,6 +73,7 @@ class PassageStore(Sequence):
             raise StoreFormatError(f"{self.folder}: offsets.i64 holds {len(self._offsets)} entries, not {self._n + 1}")
         self._file = open(self.folder / "passages.jsonl", "rb")
         self._map = mmap.mmap(self._file.fileno(), 0, access=mmap.ACCESS_READ)
+        self._ids: tuple[np.ndarray, np.ndarray] | None = None
 
     def __len__(self) -> int:
         return self._n
@@ -95,12 +101,78 @@ class PassageStore(Sequence):
                 d = json.loads(line)
                 yield Passage(id=d["id"], title=d["title"], text=d["text"])
 
+    @property
+    def by_id(self) -> "StoreIds":
+        """The passages by id, a read-only mapping over the store's id index (nothing held in memory):
+        `store.by_id[pid]` (KeyError if absent), `pid in store.by_id`, `store.by_id.get(pid)`."""
+        return StoreIds(self)
+
+    def row_of(self, pid: str) -> int | None:
+        """The row of the passage whose id is `pid`, or None: a binary search of the sorted id hashes, the
+        id checked on each row of that hash (two ids of one hash are told apart)."""
+        hashes, rows = self._id_index()
+        h = np.uint64(_id_hash(pid))
+        j = int(hashes.searchsorted(h))
+        while j < len(hashes) and hashes[j] == h:
+            row = int(rows[j])
+            if self._id_at(row) == pid:
+                return row
+            j += 1
+        return None
+
+    def _id_at(self, row: int) -> str:
+        lo, hi = int(self._offsets[row]), int(self._offsets[row + 1])
+        return json.loads(self._map[lo:hi])["id"]
+
+    def _id_index(self) -> tuple[np.ndarray, np.ndarray]:
+        if self._ids is None:
+            hashes = np.memmap(self.folder / "idhash.u64", dtype="<u8", mode="r")
+            rows = np.memmap(self.folder / "idrows.i64", dtype="<i8", mode="r")
+            if len(hashes) != self._n or len(rows) != self._n:
+                raise StoreFormatError(f"{self.folder}: the id index holds {len(hashes)} hashes and {len(rows)} rows, not {self._n}")
+            self._ids = (hashes, rows)
+        return self._ids
+
     def close(self) -> None:
+        self._ids = None
         self._map.close()
         self._file.close()
 
     def __repr__(self) -> str:
         return f"PassageStore({str(self.folder)!r}, {self._n} passages)"
+
+
+class StoreIds(Mapping):
+    """A store's passages by id (`PassageStore.by_id`): lookups through its id index, iteration over the
+    ids in corpus order (streamed)."""
+
+    def __init__(self, store: PassageStore) -> None:
+        self.store = store
+
+    def __getitem__(self, pid: str) -> Passage:
+        row = self.store.row_of(pid) if isinstance(pid, str) else None
+        if row is None:
+            raise KeyError(pid)
+        return self.store[row]
+
+    def __contains__(self, pid: object) -> bool:
+        return isinstance(pid, str) and self.store.row_of(pid) is not None
+
+    def __iter__(self) -> Iterator[str]:
+        return (p.id for p in self.store)
+
+    def __len__(self) -> int:
+        return len(self.store)
+
+    def __repr__(self) -> str:
+        return f"StoreIds({self.store!r})"
+
+
+def passages_by_id(corpus: Sequence[Passage]) -> Mapping[str, Passage]:
+    """id -> passage of a corpus: a passage store's id index (nothing held in memory), else a dict of the list."""
+    if isinstance(corpus, PassageStore):
+        return corpus.by_id
+    return {p.id: p for p in corpus}
 
 
 class StoreFormatError(CorpusError):
@@ -156,7 +228,7 @@ def convert_corpus(path: str | Path, root: str | Path, skip_bad: bool = False) -
                 raise
             raise CorpusError(
                 f"{root}: the disk filled while converting {path}: the store needs about "
-                f"{path.stat().st_size * 1.03:,.0f} bytes (the file's size, plus 8 bytes a passage); "
+                f"{path.stat().st_size * 1.08:,.0f} bytes (the file's size, plus about 32 bytes a passage: offsets and the id index); "
                 f"{shutil.disk_usage(root).free:,} are free"
             ) from None
         folder = root / meta["fingerprint"][:24]
@@ -229,17 +301,27 @@ def _convert_into(path: Path, folder: Path, skip_bad: bool) -> dict:
         raise CorpusError(f"{path}: the corpus is empty (no passages)" + (f"; {skipped} bad line(s) skipped" if skipped else ""))
     if skipped:
         log.warning("%s: skipped %d line(s) that are not passages, e.g. %s", path, skipped, bad[0])
-    _refuse_duplicate_ids(path, folder, n)
+    _index_ids(path, folder, n)
     h.update(n.to_bytes(8, "little"))
     meta = {"format": STORE_FORMAT, "num_passages": n, "fingerprint": h.hexdigest(), "source": str(path), "skipped": skipped}
     (folder / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
     return meta
 
 
-def _refuse_duplicate_ids(path: Path, folder: Path, n: int) -> None:
-    """A `CorpusError` naming both lines of the first repeated id (as `read_corpus`); 8 bytes a passage."""
-    hashes = np.sort(np.fromfile(folder / "idhash.u64", dtype="<u8"))
-    (folder / "idhash.u64").unlink()
+def _index_ids(path: Path, folder: Path, n: int) -> None:
+    """Sort the id hashes (in corpus order in idhash.u64) into the id index: idhash.u64 sorted, idrows.i64
+    the row of each (a stable sort: rows of one hash ascending); 16 bytes a passage. Then a `CorpusError`
+    naming both lines of the first repeated id (as `read_corpus`)."""
+    raw = np.fromfile(folder / "idhash.u64", dtype="<u8")
+    order = np.argsort(raw, kind="stable")
+    with open(folder / "idhash.u64.sorted", "wb") as f:
+        for start in range(0, n, _SORT_CHUNK):
+            raw[order[start : start + _SORT_CHUNK]].tofile(f)
+    del raw
+    order.astype("<i8", copy=False).tofile(folder / "idrows.i64")
+    del order
+    os.replace(folder / "idhash.u64.sorted", folder / "idhash.u64")
+    hashes = np.memmap(folder / "idhash.u64", dtype="<u8", mode="r")
     dup = {int(x) for x in hashes[1:][hashes[1:] == hashes[:-1]]}
     del hashes
     if not dup:

@@ -475,12 +475,14 @@ class SelfTrain(Bootstrap, Calibration, Reuse, AdapterTraining, Evaluations):
         cfg = self.config
         info: dict[str, Any] = {}
         if self.procs.is_main:
+            from knowtrace_train.data.store import passages_by_id
+
             name, trainer = self.learning_mode
             trajs = read_trajectories(folder / "rollouts.jsonl")
             res = self.method.rationalizers()[name](
                 trajs, self.items_by_id, strategy=cfg.strategy,
                 count_tokens=self.count_tokens, fewshot=cfg.fewshot_trained, iteration=z,
-                passages={p.id: p for p in self.corpus},
+                passages=passages_by_id(self.corpus),  # a store's id index: not every passage in memory
                 **({"undesirable": cfg.kto.undesirable} if trainer == "kto" else {}),
             )
             records, st = res.records_by_role, res.stats
