@@ -19,13 +19,14 @@ top5_agreement (and the rest). Targets: qps >= 1,000 on 2 cores and ratio >= 50.
 Needs rank-bm25 and psutil (the dev extra).
 
 Scale mode, `--scale N`: the world's passages (data/world/corpus.jsonl) inside N synthetic
-distractors (`generate_scale_corpus`: 30-90 words each drawn from the world's vocabulary plus coined
-words at Zipf frequencies, titles of coined words, deterministic by --seed), then, each in a fresh
-subprocess: the passage store's conversion (data/store.py) and the sharded BM25 build
-(retrieval/bm25_shards.py), each with its seconds and peak RSS (getrusage in the child), the
-store's and index's size on disk, queries/s batched and one query per call (the world's dev
-questions and KnowTrace-style entity-relation queries from its gold chains), and the world dev
-questions' gold-passage recall@5 (a gold passage among the top 5). The last line is JSON.
+distractors (`data.generated.generate_corpus`, the corpus source `generated`: 30-90 words each drawn
+from the world's vocabulary plus coined words at Zipf frequencies, titles of coined words,
+deterministic by --seed), then, each in a fresh subprocess: the passage store's conversion
+(data/store.py) and the sharded BM25 build (retrieval/bm25_shards.py), each with its seconds and
+peak RSS (getrusage in the child), the store's and index's size on disk, queries/s batched and one
+query per call (the world's dev questions and KnowTrace-style entity-relation queries from its gold
+chains), and the world dev questions' gold-passage recall@5 (a gold passage among the top 5). The
+last line is JSON.
 
     python scripts/bench_retrieval.py --scale 1000000 [--shard-passages 250000] [--workdir DIR]
 """
@@ -51,6 +52,7 @@ if str(ROOT) not in sys.path:
 import numpy as np  # noqa: E402
 
 from knowtrace_train.data.corpus import read_corpus, write_corpus  # noqa: E402
+from knowtrace_train.data.generated import generate_corpus  # noqa: E402
 from knowtrace_train.data.schema import Passage  # noqa: E402
 from knowtrace_train.errors import import_extra, user_errors  # noqa: E402
 from knowtrace_train.retrieval import pair_to_query, passage_text  # noqa: E402
@@ -208,55 +210,6 @@ def worker_main(args) -> int:
 WORLD_DIR = ROOT / "data" / "world"
 
 
-def _coined_words(rng: np.random.Generator, n: int) -> list[str]:
-    syllables = ["ka", "lo", "mi", "ra", "ten", "vo", "shu", "dre", "pol", "ix", "an", "bel", "cor", "dun", "eth", "fy"]
-    out: set[str] = set()
-    while len(out) < n:
-        out.add("".join(rng.choice(syllables, size=int(rng.integers(2, 5)))))
-    return sorted(out)
-
-
-def generate_scale_corpus(out: Path, n: int, seed: int = 0, chunk: int = 20_000) -> int:
-    """Write the world's passages inside `n` distractors to `out` (JSON Lines), streamed; returns the count.
-
-    The vocabulary is the world corpus' words by falling count, followed by 20,000 coined words;
-    word r (from 1) has probability proportional to 1/r (Zipf). A distractor has 30-90 such words
-    and a title of two coined words, capitalised; the world's passages sit at random rows."""
-    import re
-    from collections import Counter
-
-    rng = np.random.default_rng(seed)
-    world = [json.loads(line) for line in (WORLD_DIR / "corpus.jsonl").read_text(encoding="utf-8").splitlines() if line.strip()]
-    counts = Counter(w for p in world for w in re.findall(r"[A-Za-z]+", p["title"] + " " + p["text"]))
-    coined = _coined_words(rng, 20_000)
-    vocab = np.array([w for w, _ in counts.most_common()] + coined, dtype=object)
-    prob = 1.0 / np.arange(1, len(vocab) + 1)
-    prob /= prob.sum()
-    cap = np.array([w.capitalize() for w in coined], dtype=object)
-    total = n + len(world)
-    world_rows = set(rng.choice(total, size=len(world), replace=False).tolist())
-    world_iter = iter(world)
-    written = syn = 0
-    with open(out, "w", encoding="utf-8") as f:
-        for start in range(0, total, chunk):
-            stop = min(total, start + chunk)
-            lengths = rng.integers(30, 91, size=stop - start)
-            words = vocab[rng.choice(len(vocab), size=int(lengths.sum()), p=prob)]
-            titles = cap[rng.integers(0, len(cap), size=(stop - start, 2))]
-            ends = np.cumsum(lengths)
-            lines = []
-            for j, row in enumerate(range(start, stop)):
-                if row in world_rows:
-                    lines.append(json.dumps(next(world_iter), ensure_ascii=False))
-                    continue
-                text = " ".join(words[ends[j] - lengths[j] : ends[j]]) + "."
-                lines.append(json.dumps({"id": f"syn-{syn:08d}", "title": f"{titles[j, 0]} {titles[j, 1]}", "text": text}))
-                syn += 1
-            f.write("\n".join(lines) + "\n")
-            written += len(lines)
-    return written
-
-
 def _world_queries(n_queries: int) -> tuple[list[str], list[set[str]]]:
     """The dev questions (with their gold passage ids) first, then entity-relation queries from the
     gold chains of every split, up to `n_queries` in all."""
@@ -334,7 +287,7 @@ def scale_main(args) -> int:
     with tempfile.TemporaryDirectory(prefix="bench_scale_", dir=args.workdir) as tmp:
         workdir = Path(tmp)
         t0 = time.perf_counter()
-        n = generate_scale_corpus(workdir / "corpus.jsonl", args.scale, args.seed)
+        n = generate_corpus(workdir / "corpus.jsonl", args.scale, args.seed, WORLD_DIR / "corpus.jsonl")
         gen_s = time.perf_counter() - t0
         corpus_mb = (workdir / "corpus.jsonl").stat().st_size / 2**20
         print(f"corpus: {n} passages ({args.scale} distractors + the world's), {corpus_mb:.0f} MiB, generated in {gen_s:.1f}s")
