@@ -305,6 +305,11 @@ def load_corpus(config: EvalConfig, all_items: Sequence[QAItem]) -> list[Passage
         from knowtrace_train.data.corpus import read_named_corpus
 
         return read_named_corpus(config.corpus.name)  # type: ignore[arg-type]
+    if config.corpus.source == "generated":
+        from knowtrace_train.data.generated import open_generated
+
+        # always a passage store (`store` implied): written once into the cache home, BM25 sharded
+        return open_generated(config.corpus.passages, config.corpus.seed, config.corpus.path)  # type: ignore[arg-type,return-value]
     if config.corpus.store:
         from knowtrace_train.data.store import open_store
 

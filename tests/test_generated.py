@@ -108,3 +108,99 @@ def test_generate_corpus_writes_a_file_the_bench_reads(tmp_path):
     assert n == len(passages) == 500 + len(read_corpus(WORLD))
     assert generate_corpus(tmp_path / "d.jsonl", 500, seed=3) == n
     assert (tmp_path / "c.jsonl").read_bytes() == (tmp_path / "d.jsonl").read_bytes()
+
+
+# -- the corpus source `generated` ---------------------------------------------------------------------------
+
+
+def test_corpus_source_generated_runs_through_load_corpus_and_bm25(tmp_path, monkeypatch):
+    from knowtrace_train.data.corpus import CorpusConfig
+    from knowtrace_train.evaluate import EvalConfig, load_corpus
+    from knowtrace_train.retrieval import RetrieverConfig, build_retriever
+    from knowtrace_train.retrieval.bm25_shards import ShardedBM25Retriever
+
+    monkeypatch.setenv("KNOWTRACE_CACHE", str(tmp_path))
+    st = load_corpus(EvalConfig(corpus=CorpusConfig(source="generated", passages=N)), [])
+    assert isinstance(st, PassageStore) and len(st) == N + len(read_corpus(WORLD))
+    assert str(st.folder).startswith(str(tmp_path / "retrieval" / "store"))  # the cache home's, as `store: true`
+    assert st.fingerprint == open_generated(N, seed=0, cache_dir=tmp_path / "retrieval").fingerprint
+    retriever = build_retriever(RetrieverConfig(), st)
+    assert isinstance(retriever, ShardedBM25Retriever)
+    dev = [json.loads(line) for line in (REPO / "data" / "world" / "dev.jsonl").read_text().splitlines()[:20]]
+    hits = retriever.search([it["question"] for it in dev], 5)
+    found = [bool(set(it["evidence"]["paragraph_ids"]) & {h.passage.id for h in hs}) for it, hs in zip(dev, hits)]
+    assert sum(found) >= 15, found
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["--corpus.source", "generated"], "corpus.source is 'generated' but corpus.passages is not set"),
+    (["--corpus.source", "generated", "--corpus.passages", "0"], "corpus.passages must be an integer >= 1, got 0"),
+    (["--corpus.passages", "1000"], "corpus.passages needs corpus.source 'generated', got 'file'"),
+    (["--corpus.seed", "3"], "corpus.seed needs corpus.source 'generated', got 'file'"),
+    (["--corpus.source", "generated", "--corpus.passages", "10", "--corpus.path", ""], "corpus.path .* is empty"),
+    (["--corpus.source", "contexts", "--corpus.store", "true"], "corpus.store needs corpus.source 'file' or 'generated'"),
+])
+def test_generated_config_errors_are_one_line_naming_the_field(overrides, message):
+    from knowtrace_train.config import ConfigError, load_config
+    from knowtrace_train.evaluate import EvalConfig
+
+    with pytest.raises(ConfigError, match=message) as e:
+        load_config(EvalConfig, None, overrides)
+    assert "\n" not in str(e.value)
+
+
+def test_the_open_world_config_is_the_default_run_on_a_million_distractors(tmp_path):
+    from knowtrace_train.config import load_config
+    from knowtrace_train.selftrain.config import SelfTrainConfig
+
+    cfg = load_config(SelfTrainConfig, REPO / "recipes" / "configs" / "selftrain_world_open.yaml")
+    c = cfg.data.corpus
+    assert (c.source, c.passages, c.seed, c.path) == ("generated", 1_000_000, 0, "data/world/corpus.jsonl")
+    default = SelfTrainConfig()
+    assert cfg.data.train == default.data.train and cfg.data.dev == default.data.dev and cfg.strategy == default.strategy
+    cfg.validate()  # the world's corpus, the base, is there (validating generates nothing)
+    bad = load_config(SelfTrainConfig, None, ["--data.corpus.source", "generated", "--data.corpus.passages", "10",
+                                              "--data.corpus.path", str(tmp_path / "absent.jsonl")])
+    with pytest.raises(ValueError, match="data.corpus.path: no such file"):
+        bad.validate()
+
+
+def test_selftrain_on_a_generated_corpus_rationalizes_through_the_store(tmp_path, tiny_model_dir, monkeypatch):
+    """A tiny run of one iteration (the oracle: tests/selftrain_helpers.py) on the world among 2,000 distractors:
+    rationalization gets the store's id index, not a dict of every passage, and its records are those the dict
+    gives."""
+    from selftrain_helpers import oracle_factory, tiny_overrides
+
+    from knowtrace_train.config import load_config
+    from knowtrace_train.data import store as store_mod
+    from knowtrace_train.data.store import StoreIds
+    from knowtrace_train.methods.knowtrace.backtrace import backtrace_trajectories
+    from knowtrace_train.selftrain import SelfTrain
+    from knowtrace_train.selftrain.config import SelfTrainConfig
+    from knowtrace_train.trajectory import read_trajectories
+
+    monkeypatch.setenv("KNOWTRACE_CACHE", str(tmp_path / "cache"))
+    cfg = load_config(SelfTrainConfig, None, tiny_overrides(
+        tmp_path, tiny_model_dir, iterations=1, fewshot_trained=True,  # no bootstrap: the raw model, exemplars on
+        **{"bootstrap.mode": "never", "eval_base": False, "data.corpus.source": "generated", "data.corpus.passages": N,
+           "retriever.cache_dir": ""}))
+    given = []
+    real = store_mod.passages_by_id
+    monkeypatch.setattr(store_mod, "passages_by_id", lambda corpus: given.append(real(corpus)) or given[-1])
+    run = SelfTrain(cfg, progress=False)
+    run.make_generator = oracle_factory(run)
+    run.run()
+    assert isinstance(run.corpus, PassageStore) and len(run.corpus) == N + len(read_corpus(WORLD))
+    assert len(given) == 1 and isinstance(given[0], StoreIds)
+    m = json.loads((run.run_dir / "iter_1" / "metrics.json").read_text())
+    assert m["rollout"]["correct"] >= 1 and m["sft_records"]["complete"] > 0
+    trajs = read_trajectories(run.run_dir / "iter_1" / "rollouts.jsonl")
+    kw = dict(count_tokens=run.count_tokens, fewshot=cfg.fewshot_trained, iteration=1)
+    by_store = backtrace_trajectories(trajs, run.items_by_id, passages=run.corpus.by_id, **kw)
+    by_dict = backtrace_trajectories(trajs, run.items_by_id, passages={p.id: p for p in run.corpus}, **kw)
+    assert by_store.records_by_role == by_dict.records_by_role and by_store.stats == by_dict.stats
+    assert sum(len(v) for v in by_store.records_by_role.values()) > 0
+    # every passage the rollouts read, looked up both ways
+    read = {pid for t in trajs for c in t.calls for pid in c.passage_ids}
+    as_dict = {p.id: p for p in run.corpus}
+    assert read and all(run.corpus.by_id[pid] == as_dict[pid] for pid in read)

@@ -27,7 +27,7 @@ from knowtrace_train.data.schema import Passage, QAItem, passage_id
 from knowtrace_train.io import DataFileError, iter_jsonl, write_jsonl
 
 #: where a run's passages come from (CorpusConfig.source)
-CORPUS_SOURCES = ("contexts", "file", "kg", "name")
+CORPUS_SOURCES = ("contexts", "file", "generated", "kg", "name")
 
 
 @dataclass
@@ -36,18 +36,27 @@ class CorpusConfig:
 
     source: str = field(
         default="file",
-        metadata={"help": "'file': the corpus JSONL at `path`; 'contexts': the context passages of every item in the dataset file (whatever `limit`); 'kg': a knowledge graph turned into text, one passage per entity neighbourhood (MINTQA's corpus; the graph is `triples`); 'name': a fetched corpus (`name`)"},
+        metadata={"help": "'file': the corpus JSONL at `path`; 'contexts': the context passages of every item in the dataset file (whatever `limit`); 'generated': the passages of `path` (the world's) at random rows among `passages` generated distractors (open-domain; written once into the cache home, read as a passage store); 'kg': a knowledge graph turned into text, one passage per entity neighbourhood (MINTQA's corpus; the graph is `triples`); 'name': a fetched corpus (`name`)"},
     )
     name: str | None = field(
         default=None,
         metadata={"help": "source 'name': a corpus fetched by `python -m knowtrace_train.data fetch NAME` (wiki2017-abstracts, wiki2018-dpr)"},
     )
     path: str | None = field(
-        default="data/world/corpus.jsonl", metadata={"help": "the corpus JSONL (source 'file'; unused otherwise)"}
+        default="data/world/corpus.jsonl",
+        metadata={"help": "the corpus JSONL (source 'file'; source 'generated': the passages placed among the distractors; unused otherwise)"},
     )
     store: bool = field(
         default=False,
-        metadata={"help": "source 'file': read the corpus from a passage store on disk (converted once into retrieval/store/ in the cache home, memory-mapped; BM25 then built in shards in bounded memory: docs/retrieval.md) rather than whole into memory"},
+        metadata={"help": "source 'file': read the corpus from a passage store on disk (converted once into retrieval/store/ in the cache home, memory-mapped; BM25 then built in shards in bounded memory: docs/retrieval.md) rather than whole into memory (source 'generated' is always read so)"},
+    )
+    passages: int | None = field(
+        default=None,
+        metadata={"help": "source 'generated': how many distractor passages to generate (e.g. 1000000)"},
+    )
+    seed: int = field(
+        default=0,
+        metadata={"help": "source 'generated': the generator's seed (the same seed, `passages` and `path` give the same corpus)"},
     )
     triples: str = field(
         default="world",
@@ -59,8 +68,19 @@ class CorpusConfig:
             raise ValueError(f"corpus.source must be one of {list(CORPUS_SOURCES)}, got {self.source!r}")
         if self.source == "file" and not self.path:
             raise ValueError("corpus.source is 'file' but corpus.path is empty")
-        if self.store and self.source != "file":
-            raise ValueError(f"corpus.store needs corpus.source 'file', got {self.source!r}")
+        if self.store and self.source not in ("file", "generated"):
+            raise ValueError(f"corpus.store needs corpus.source 'file' or 'generated', got {self.source!r}")
+        if self.source == "generated":
+            if self.passages is None:
+                raise ValueError("corpus.source is 'generated' but corpus.passages is not set (e.g. passages: 1000000)")
+            if isinstance(self.passages, bool) or not isinstance(self.passages, int) or self.passages < 1:
+                raise ValueError(f"corpus.passages must be an integer >= 1, got {self.passages!r}")
+            if not self.path:
+                raise ValueError("corpus.source is 'generated' but corpus.path (the passages placed among the distractors) is empty")
+        elif self.passages is not None:
+            raise ValueError(f"corpus.passages needs corpus.source 'generated', got {self.source!r}")
+        elif self.seed != 0:
+            raise ValueError(f"corpus.seed needs corpus.source 'generated', got {self.source!r}")
         if self.source == "name" and not self.name:
             raise ValueError("corpus.source is 'name' but corpus.name is empty (e.g. name: wiki2018-dpr)")
 

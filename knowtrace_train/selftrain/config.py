@@ -361,7 +361,7 @@ class SelfTrainConfig:
             value = getattr(self.data, name)
             if value is not None and not check_data_ref(value, f"data.{name}") and not Path(value).is_file():
                 raise ValueError(f"data.{name}: no such file {value!r}")
-        if self.data.corpus.source == "file" and not Path(self.data.corpus.path or "").is_file():
+        if self.data.corpus.source in ("file", "generated") and not Path(self.data.corpus.path or "").is_file():
             raise ValueError(f"data.corpus.path: no such file {self.data.corpus.path!r}")
         if self.data.corpus.source == "name":
             check_data_ref(self.data.corpus.name, "data.corpus.name", corpus=True)
