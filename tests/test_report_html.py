@@ -196,6 +196,35 @@ def test_hops_and_passages_come_from_the_data_and_corpus_files(tmp_path):
     assert model["passages"][corpus[0]["id"]]["title"] == corpus[0]["title"] and "unknown-id" not in model["passages"]
 
 
+def test_passages_of_a_store_and_of_a_generated_corpus_come_from_the_id_index(tmp_path, monkeypatch):
+    """A run that read its corpus as a passage store (store: true, or the source generated) has its passages
+    looked up through the store's id index; a generated corpus not in this cache home is never generated."""
+    from knowtrace_train.data.generated import open_generated
+    from knowtrace_train.report_html.lookups import Lookups
+
+    monkeypatch.setenv("KNOWTRACE_CACHE", str(tmp_path / "cache"))
+    world = [json.loads(line) for line in (REPO / "data/world/corpus.jsonl").read_text().splitlines()[:2]]
+    wanted = {world[1]["id"], "syn-00000007", "unknown-id"}
+
+    def lookups(corpus: str) -> Lookups:
+        run = tmp_path / f"run{len(list(tmp_path.glob('run*')))}"
+        run.mkdir()
+        (run / "config.yaml").write_text(f"name: r\ndata:\n  corpus: {corpus}\n")
+        lk = Lookups()
+        lk.add_run_inputs(run)
+        return lk
+
+    generated = "{source: generated, path: data/world/corpus.jsonl, passages: 300, seed: 0}"
+    lk = lookups(generated)
+    assert lk.passages(wanted) == {} and "not in this cache home" in lk.notes[0]
+    assert not (tmp_path / "cache").exists()  # nothing generated
+    open_generated(300, seed=0)
+    found = lookups(generated).passages(wanted)
+    assert set(found) == {world[1]["id"], "syn-00000007"} and found[world[1]["id"]]["title"] == world[1]["title"]
+    found = lookups("{source: file, path: data/world/corpus.jsonl, store: true}").passages(wanted)
+    assert set(found) == {world[1]["id"]} and found[world[1]["id"]]["text"] == world[1]["text"]
+
+
 def test_model_text_cannot_break_out_of_the_embedded_json(tmp_path, run_dir):
     assert "<" not in embed_json({"x": XSS}) and json.loads(embed_json({"x": XSS + "\u2028"}))["x"] == XSS + "\u2028"
     out = tmp_path / "r.html"

@@ -136,6 +136,12 @@ def _recorded(root: Path, record: Path) -> PassageStore | None:
         return None
 
 
+def find_generated(n: int, seed: int = 0, base: str | Path = WORLD_CORPUS, cache_dir: str | os.PathLike | None = "") -> PassageStore | None:
+    """The store `open_generated` would open, if it is already in the cache (None, never generating it)."""
+    root = store_root(cache_dir)
+    return _recorded(root, root / "generated" / f"{generated_key(n, seed, base)}.json")
+
+
 def open_generated(n: int, seed: int = 0, base: str | Path = WORLD_CORPUS, cache_dir: str | os.PathLike | None = "") -> PassageStore:
     """The passage store of `base` inside `n` generated distractors (`generate_corpus`), generated and
     converted on first use into `<cache_dir>/store` ('' = retrieval/store in the cache home) and found again

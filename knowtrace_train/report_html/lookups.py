@@ -1,7 +1,9 @@
 """What the report looks up beside the trajectories: question hops and kinds, passage texts, each method's explanation.
 
 The run's config.yaml names its data files and corpus (read when they can be found: as written, beside
-the run folder, or in the checkout); `--data` and `--corpus` add more. A method explains a trajectory
+the run folder, or in the checkout); `--data` and `--corpus` add more. A corpus the run read as a passage store
+(`store: true`, or the source `generated`) is looked up through the store's id index, whatever its size (a
+generated corpus only where it is in the cache already: the report never generates one). A method explains a trajectory
 through `Method.explain` with the run's own strategy settings (the method's defaults for a bare file).
 Nothing here raises on what it reads: trouble becomes a note.
 """
@@ -35,6 +37,7 @@ class Lookups:
     def __init__(self) -> None:
         self.items: dict[str, dict[str, Any]] = {}
         self.corpora: list[Path] = []
+        self.stores: list[Any] = []  # data.store.PassageStore, looked up by id
         self.notes: list[str] = []
         self._data_seen: set[Path] = set()
         self._configs: dict[tuple[int, str], Any] = {}
@@ -57,10 +60,42 @@ class Lookups:
             if path is not None:
                 self.add_data(path, data.get("format"))
         corpus = data.get("corpus") if isinstance(data.get("corpus"), dict) else {}
-        if corpus.get("source", "file") == "file":
-            path = _resolve(corpus.get("path"), run_dir)
-            if path is not None:
+        source = corpus.get("source", "file")
+        if source in ("file", "generated"):
+            path = _resolve(corpus.get("path") or ("data/world/corpus.jsonl" if source == "generated" else None), run_dir)
+            if path is None:
+                return
+            if source == "generated":
+                self._add_generated(corpus, path)
+            elif corpus.get("store"):
+                self._add_store(path)
+            else:
                 self.add_corpus(path)
+
+    def _add_store(self, path: Path) -> None:
+        from knowtrace_train.data.store import open_store
+
+        try:
+            store = open_store(path)  # the run converted it: found by its sidecar, not read
+        except Exception as e:  # noqa: BLE001
+            self.notes.append(f"{path}: passage store not opened, passages shown by id only ({str(e)[:200]})")
+            return
+        if store.folder not in [s.folder for s in self.stores]:
+            self.stores.append(store)
+
+    def _add_generated(self, corpus: dict[str, Any], base: Path) -> None:
+        from knowtrace_train.data.generated import find_generated
+
+        try:
+            store = find_generated(int(corpus["passages"]), int(corpus.get("seed", 0)), base)
+        except Exception as e:  # noqa: BLE001
+            self.notes.append(f"generated corpus around {base}: not opened, passages shown by id only ({str(e)[:200]})")
+            return
+        if store is None:
+            self.notes.append(f"generated corpus ({corpus.get('passages')} distractors around {base}, seed "
+                              f"{corpus.get('seed', 0)}) is not in this cache home: passages shown by id only")
+        elif store.folder not in [s.folder for s in self.stores]:
+            self.stores.append(store)
 
     def add_data(self, path: Path | str, fmt: str | None = None) -> None:
         """Hops and kind (bridge/comparison) of every question in a data file (or a fetched split, "hotpotqa:dev")."""
@@ -91,6 +126,15 @@ class Lookups:
         from knowtrace_train.data.corpus import read_corpus
 
         out: dict[str, dict[str, str]] = {}
+        for store in self.stores:
+            for pid in wanted - set(out):
+                try:
+                    p = store.by_id.get(pid)
+                except Exception as e:  # noqa: BLE001
+                    self.notes.append(f"{store.folder}: passages not read, shown by id only ({str(e)[:200]})")
+                    break
+                if p is not None:
+                    out[pid] = {"title": p.title, "text": p.text}
         for path in self.corpora:
             if not wanted - set(out):
                 break
