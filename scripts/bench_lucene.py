@@ -39,16 +39,23 @@ def lucene_searcher_class():
     except ImportError as e:
         missing = getattr(e, "name", None) or str(e)
     import pyserini
+    from pyserini.pyclass import autoclass
 
+    # the Java classes those package inits name, by the names _searcher.py imports them from
+    # (pyserini.search in 0.2x, pyserini.search.lucene in 1.x)
+    java = {}
+    for name, cls in (("JQuery", "org.apache.lucene.search.Query"), ("JQueryGenerator", "io.anserini.search.query.QueryGenerator"),
+                      ("JScoredDoc", "io.anserini.search.ScoredDoc")):
+        try:
+            java[name] = autoclass(cls)
+        except Exception:  # noqa: BLE001 - a class this Anserini does not have (JScoredDoc before 1.x)
+            pass
     search_dir = Path(pyserini.__file__).parent / "search"
     for name, folder in (("pyserini.search", search_dir), ("pyserini.search.lucene", search_dir / "lucene")):
         module = types.ModuleType(name)
         module.__path__ = [str(folder)]
+        module.__dict__.update(java)
         sys.modules[name] = module
-    from pyserini.search._base import JQuery, JQueryGenerator
-
-    sys.modules["pyserini.search"].JQuery = JQuery
-    sys.modules["pyserini.search"].JQueryGenerator = JQueryGenerator
     from pyserini.search.lucene._searcher import LuceneSearcher
 
     return LuceneSearcher, f"pyserini.search.lucene._searcher (package inits skipped: no {missing})"
