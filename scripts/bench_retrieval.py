@@ -29,6 +29,21 @@ chains), and the world dev questions' gold-passage recall@5 (a gold passage amon
 last line is JSON.
 
     python scripts/bench_retrieval.py --scale 1000000 [--shard-passages 250000] [--workdir DIR]
+
+With `--pyserini PYTHON` (the python of a separate environment with Pyserini, a benchmark-only
+dependency; `--java-home` picks its JDK), the same run also builds Lucene's BM25 index on the same
+passages, as FlashRAG does (`PYTHON -m pyserini.index.lucene`, JsonCollection of {"id", "contents":
+passage_text}, DefaultLuceneDocumentGenerator, one thread; seconds, CPU seconds and peak RSS of
+that child by os.wait4), searches the same queries with Pyserini's LuceneSearcher
+(scripts/bench_lucene.py, in that environment) at Pyserini's default k1 0.9 b 0.4 and at ours,
+1.2 and 0.75 (batch_search on one thread, and one search call a query), and reports Lucene's dev
+recall@5, the mean top-5 overlap with ours (|ours & Lucene's| / 5 a query), the share of
+differing queries where Lucene's 5th and 6th hits tie, and where the two analyzers part: the query
+words that Snowball's English stemmer (ours) and Porter's (Lucene's) stem apart, and the queries
+whose terms still differ with ours given Porter's. `--also-porter` also builds and searches ours
+with PyStemmer's "porter" for the overlap with that difference gone. Then ours is searched once
+more, to show how far the shared machine moved the figures meanwhile. Without --pyserini the Lucene
+side is skipped with a line that says so, and the JSON's "lucene" is null.
 """
 
 from __future__ import annotations
@@ -109,6 +124,12 @@ def rss_mb() -> float:
 
 def peak_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
+
+
+def cpu_s() -> float:
+    """User plus system CPU seconds of this process so far (all its threads)."""
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_utime + ru.ru_stime
 
 
 def worker_bm25s(passages: list[Passage], queries: list[str], k: int, cache: Path) -> dict:
@@ -248,17 +269,18 @@ def scale_worker(args) -> dict:
     store = open_store(workdir / "corpus.jsonl", cache_dir=cache)  # from the sidecar: no conversion
     if args.worker == "build":
         t0 = time.perf_counter()
-        r = ShardedBM25Retriever(store, BM25Settings(), cache_dir=cache, shard_passages=args.shard_passages)
-        return {"build_s": time.perf_counter() - t0, "build_peak_mb": peak_mb(), "index_mb": _du_mb(r.index_dir),
+        r = ShardedBM25Retriever(store, BM25Settings(stemmer=args.stemmer), cache_dir=cache, shard_passages=args.shard_passages)
+        return {"build_s": time.perf_counter() - t0, "build_cpu_s": cpu_s(), "build_peak_mb": peak_mb(), "index_mb": _du_mb(r.index_dir),
                 "shards": len(r.meta["shards"]), "terms": r.meta["num_terms"]}
     t0 = time.perf_counter()
-    r = ShardedBM25Retriever(store, BM25Settings(), cache_dir=cache, shard_passages=args.shard_passages, threads=args.threads)
+    r = ShardedBM25Retriever(store, BM25Settings(stemmer=args.stemmer), cache_dir=cache, shard_passages=args.shard_passages,
+                             threads=args.threads)
     load_s = time.perf_counter() - t0
     queries, gold = _world_queries(args.queries)
     r.search(queries[:50], args.k)  # warm the page cache
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     results = r.search(queries, args.k)
-    batched_s = time.perf_counter() - t0
+    batched_s, batched_cpu_s = time.perf_counter() - t0, time.process_time() - c0
     single = queries[: min(len(queries), 300)]
     t0 = time.perf_counter()
     for q in single:
@@ -267,16 +289,141 @@ def scale_worker(args) -> dict:
     hits = [bool(g & {h.passage.id for h in res[:5]}) for g, res in zip(gold, results)]
     full = [g <= {h.passage.id for h in res[:5]} for g, res in zip(gold, results)]
     return {"load_s": load_s, "queries": len(queries), "qps_batched": len(queries) / batched_s,
-            "qps_one_query_per_call": len(single) / single_s, "dev_questions": len(gold),
-            "recall_at_5": float(np.mean(hits)), "all_gold_at_5": float(np.mean(full)), "search_peak_mb": peak_mb()}
+            "batched_cpu_s": batched_cpu_s, "qps_one_query_per_call": len(single) / single_s, "dev_questions": len(gold),
+            "recall_at_5": float(np.mean(hits)), "all_gold_at_5": float(np.mean(full)), "search_peak_mb": peak_mb(),
+            "top": [[h.passage.id for h in res] for res in results]}
 
 
-def run_scale_worker(name: str, args, workdir: Path) -> dict:
+def run_scale_worker(name: str, args, workdir: Path, stemmer: str = "english") -> dict:
     cmd = [sys.executable, __file__, "--scale", str(args.scale), "--worker", name, "--workdir", str(workdir),
            "--k", str(args.k), "--queries", str(args.queries), "--shard-passages", str(args.shard_passages),
-           "--threads", str(args.threads)]
+           "--threads", str(args.threads), "--stemmer", stemmer]
     subprocess.run(cmd, check=True)
     return json.loads((workdir / f"scale_{name}.json").read_text())
+
+
+# -- Lucene's BM25 through Pyserini on the same corpus (a benchmark-only dependency) ----------------
+
+#: (k1, b): Pyserini's default, then ours (BM25Settings' default, Lucene's and Elasticsearch's own)
+LUCENE_BM25 = ((0.9, 0.4), (BM25Settings().k1, BM25Settings().b))
+LUCENE_SCRIPT = Path(__file__).resolve().with_name("bench_lucene.py")
+
+
+def write_pyserini_collection(corpus: Path, out_dir: Path) -> int:
+    """The corpus as Pyserini's JsonCollection (`out_dir/docs.jsonl`, one {"id", "contents"} line a
+    passage), contents the very text our index gets (passage_text: title, newline, paragraph)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    n = 0
+    with open(corpus, encoding="utf-8") as f, open(out_dir / "docs.jsonl", "w", encoding="utf-8") as out:
+        for line in f:
+            if line.strip():
+                p = Passage.from_dict(json.loads(line))
+                out.write(json.dumps({"id": p.id, "contents": passage_text(p)}, ensure_ascii=False) + "\n")
+                n += 1
+    return n
+
+
+def topk_overlap(ours: list[list[str]], theirs: list[list[str]], k: int) -> list[float]:
+    """Per query, the share of the top k that both lists hold: |ours[:k] & theirs[:k]| / k (over the
+    longer list's length where one has fewer than k hits; 1.0 where both are empty)."""
+    if len(ours) != len(theirs):
+        raise ValueError(f"{len(ours)} result lists against {len(theirs)}")
+    out = []
+    for a, b in zip(ours, theirs):
+        a, b = set(a[:k]), set(b[:k])
+        out.append(len(a & b) / max(len(a), len(b)) if a or b else 1.0)
+    return out
+
+
+def analysis_differences(ours_porter: list[list[str]], lucene: list[list[str]], overlap: list[float], top: int = 8) -> dict:
+    """Where our tokenizer, given Lucene's stemmer (PyStemmer's "porter"), still turns a query into
+    other terms than Lucene's analyzer: the share of queries analysed alike (the same terms, in any
+    order), the mean overlap on those and on the others, and the terms most often on one side only.
+    (With our own stemmer, "english", the stems are other strings for the same words, so comparing
+    strings would count renamed terms as differences; what the stemmer changes in the rankings is
+    measured instead by searching our index built with "porter", --also-porter.)"""
+    from collections import Counter
+
+    same = [sorted(a) == sorted(b) for a, b in zip(ours_porter, lucene)]
+    only_ours, only_lucene = Counter(), Counter()
+    for a, b, alike in zip(ours_porter, lucene, same):
+        if not alike:
+            only_ours.update(set(a) - set(b))
+            only_lucene.update(set(b) - set(a))
+    alike_ov = [o for o, alike in zip(overlap, same) if alike]
+    other_ov = [o for o, alike in zip(overlap, same) if not alike]
+    return {
+        "queries_tokenized_alike": float(np.mean(same)) if same else 1.0,
+        "overlap_tokenized_alike": float(np.mean(alike_ov)) if alike_ov else None,
+        "overlap_tokenized_differently": float(np.mean(other_ov)) if other_ov else None,
+        "terms_only_ours": only_ours.most_common(top),
+        "terms_only_lucene": only_lucene.most_common(top),
+    }
+
+
+def stemmer_differences(queries: list[str], top: int = 8) -> dict:
+    """The query words that our stemmer (Snowball's English, Porter2) and Lucene's (Porter's
+    original algorithm; PyStemmer's "porter") stem apart, and the share of queries holding one."""
+    import Stemmer
+    from collections import Counter
+
+    words = make_analyzer(BM25Settings(stemmer=None)).tokenize(queries, update_vocab=True, return_as="string",
+                                                                show_progress=False, allow_empty=True)
+    english, porter = Stemmer.Stemmer("english"), Stemmer.Stemmer("porter")
+    pairs, touched = Counter(), 0
+    for ws in words:
+        diff = [w for w in ws if english.stemWord(w) != porter.stemWord(w)]
+        touched += bool(diff)
+        pairs.update(f"{w}: {english.stemWord(w)} / {porter.stemWord(w)}" for w in diff)
+    return {"queries_with_such_a_word": touched / max(1, len(queries)), "words": pairs.most_common(top)}
+
+
+def run_measured(cmd: list[str], env: dict | None = None, log: Path | None = None) -> dict:
+    """Run `cmd` to its end: wall seconds, CPU seconds (user + system, all threads) and peak RSS of
+    the child (os.wait4's rusage: the JVM runs inside the Python child, through pyjnius)."""
+    with open(log, "w") if log else open(os.devnull, "w") as out:
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT)
+        _, status, ru = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - t0
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode != 0:
+        tail = log.read_text(errors="replace")[-2000:] if log else ""
+        raise SystemExit(f"{' '.join(cmd[:4])} ... failed with exit code {proc.returncode}\n{tail}")
+    return {"s": wall, "cpu_s": ru.ru_utime + ru.ru_stime, "peak_mb": ru.ru_maxrss / 1024}
+
+
+def lucene_env(args) -> dict:
+    env = dict(os.environ)
+    if args.java_home:
+        env["JAVA_HOME"] = args.java_home
+        env["PATH"] = f"{args.java_home}/bin{os.pathsep}{env.get('PATH', '')}"
+    return env
+
+
+def lucene_build(args, workdir: Path) -> dict:
+    """Pyserini's JsonCollection of the corpus, then its Lucene index, as FlashRAG builds one:
+    `python -m pyserini.index.lucene`, DefaultLuceneDocumentGenerator, one thread, nothing stored
+    beyond the defaults (no -storeRaw, -storePositions, -storeDocvectors, no -optimize)."""
+    t0 = time.perf_counter()
+    n = write_pyserini_collection(workdir / "corpus.jsonl", workdir / "lucene_input")
+    convert_s = time.perf_counter() - t0
+    index = workdir / "lucene_index"
+    cmd = [args.pyserini, "-m", "pyserini.index.lucene", "-collection", "JsonCollection", "-input",
+           str(workdir / "lucene_input"), "-index", str(index), "-generator", "DefaultLuceneDocumentGenerator",
+           "-threads", "1"]
+    run = run_measured(cmd, env=lucene_env(args), log=workdir / "lucene_index.log")
+    return {"convert_s": convert_s, "documents": n, "build_s": run["s"], "build_cpu_s": run["cpu_s"],
+            "build_peak_mb": run["peak_mb"], "index_mb": _du_mb(index), "command": " ".join(cmd[1:])}
+
+
+def lucene_search(args, workdir: Path, k1: float, b: float) -> dict:
+    out = workdir / f"lucene_search_{k1}_{b}.json"
+    cmd = [args.pyserini, str(LUCENE_SCRIPT), "search", "--index", str(workdir / "lucene_index"), "--queries",
+           str(workdir / "queries.json"), "--out", str(out), "--k", str(args.k), "--k1", str(k1), "--b", str(b),
+           "--single", "300"]
+    run_measured(cmd, env=lucene_env(args), log=workdir / f"lucene_search_{k1}_{b}.log")
+    return json.loads(out.read_text())
 
 
 def scale_main(args) -> int:
@@ -284,6 +431,7 @@ def scale_main(args) -> int:
         result = scale_worker(args)
         (Path(args.workdir) / f"scale_{args.worker}.json").write_text(json.dumps(result))
         return 0
+    lucene: dict = {}
     with tempfile.TemporaryDirectory(prefix="bench_scale_", dir=args.workdir) as tmp:
         workdir = Path(tmp)
         t0 = time.perf_counter()
@@ -292,33 +440,128 @@ def scale_main(args) -> int:
         corpus_mb = (workdir / "corpus.jsonl").stat().st_size / 2**20
         print(f"corpus: {n} passages ({args.scale} distractors + the world's), {corpus_mb:.0f} MiB, generated in {gen_s:.1f}s")
         res = {}
-        for name in ("convert", "build", "search"):
+        for name in ("convert", "build"):
             res.update(run_scale_worker(name, args, workdir))
+        if args.pyserini:
+            lucene = lucene_build(args, workdir)
+        res.update(run_scale_worker("search", args, workdir))
+        top = res.pop("top")
+        if args.pyserini:
+            queries, gold = _world_queries(args.queries)
+            (workdir / "queries.json").write_text(json.dumps(queries))
+            ours_porter_terms = make_analyzer(BM25Settings(stemmer="porter")).tokenize(
+                queries, update_vocab=True, return_as="string", show_progress=False, allow_empty=True)
+            lucene["stemmers"] = stemmer_differences(queries)
+            lucene_tops = {}
+            for k1, b in LUCENE_BM25:
+                got = lucene_search(args, workdir, k1, b)
+                lucene_tops[(k1, b)] = lucene_top = got.pop("top")
+                overlap = topk_overlap(top, lucene_top, args.k)
+                ties = got.pop("tie_at_cut")
+                differ = [t for t, o in zip(ties, overlap) if o < 1]
+                n_dev = len(gold)
+                got.update(
+                    recall_at_5=float(np.mean([bool(g & set(t[:5])) for g, t in zip(gold, lucene_top)])),
+                    overlap_at_k=float(np.mean(overlap)),
+                    overlap_at_k_dev_questions=float(np.mean(overlap[:n_dev])),
+                    overlap_at_k_other_queries=float(np.mean(overlap[n_dev:])) if len(overlap) > n_dev else None,
+                    analysis=analysis_differences(ours_porter_terms, got.pop("analyzed"), overlap),
+                    queries_differing=len(differ) / len(overlap),
+                    differing_with_lucene_tie_at_cut=float(np.mean(differ)) if differ else None,
+                )
+                lucene[f"bm25_k1_{k1}_b_{b}"] = got
+            if args.also_porter:
+                built = run_scale_worker("build", args, workdir, stemmer="porter")
+                found = run_scale_worker("search", args, workdir, stemmer="porter")
+                porter = {"build_s": built["build_s"], "qps_batched": found["qps_batched"], "recall_at_5": found["recall_at_5"]}
+                for (k1, b), lucene_top in lucene_tops.items():
+                    porter[f"overlap_at_k_with_k1_{k1}_b_{b}"] = float(np.mean(topk_overlap(found["top"], lucene_top, args.k)))
+                lucene["ours_with_porter"] = porter
+            # our search once more after Lucene's, to show how far the shared machine moved the figures
+            again = run_scale_worker("search", args, workdir)
+            res["qps_batched_after_lucene"] = again["qps_batched"]
+            res["qps_one_query_per_call_after_lucene"] = again["qps_one_query_per_call"]
     per_m = 1e6 / res["passages"]
     rows = [
         ("convert to the store (s)", f"{res['convert_s']:.1f}"),
         ("  peak RSS (MiB)", f"{res['convert_peak_mb']:.0f}"),
         ("  store on disk (MiB)", f"{res['store_mb']:.0f}"),
         ("sharded BM25 build (s)", f"{res['build_s']:.1f} ({res['shards']} shards of <= {args.shard_passages}, {res['terms']} terms)"),
+        ("  CPU (s)", f"{res['build_cpu_s']:.1f}"),
         ("  peak RSS (MiB)", f"{res['build_peak_mb']:.0f}"),
         ("  index on disk (MiB)", f"{res['index_mb']:.0f}"),
         ("load (s)", f"{res['load_s']:.2f}"),
-        ("queries/s batched", f"{res['qps_batched']:.0f} over {res['queries']}"),
+        ("queries/s batched", f"{res['qps_batched']:.0f} over {res['queries']} (CPU {res['batched_cpu_s']:.1f} s)"),
         ("queries/s one per call", f"{res['qps_one_query_per_call']:.0f}"),
         ("  peak RSS searching (MiB)", f"{res['search_peak_mb']:.0f}"),
         ("dev gold-passage recall@5", f"{res['recall_at_5']:.3f} ({res['dev_questions']} questions; all gold in top 5: {res['all_gold_at_5']:.3f})"),
     ]
+    if lucene:
+        rows += [
+            ("queries/s again, after Lucene's", f"{res['qps_batched_after_lucene']:.0f} batched, {res['qps_one_query_per_call_after_lucene']:.0f} one per call"),
+            ("Lucene (Pyserini): collection (s)", f"{lucene['convert_s']:.1f} (JsonCollection of {lucene['documents']} documents)"),
+            ("  index build (s)", f"{lucene['build_s']:.1f} (CPU {lucene['build_cpu_s']:.1f} s; one indexing thread)"),
+            ("  peak RSS (MiB)", f"{lucene['build_peak_mb']:.0f}"),
+            ("  index on disk (MiB)", f"{lucene['index_mb']:.0f}"),
+        ]
+        for name, got in ((n, g) for n, g in lucene.items() if n.startswith("bm25_")):
+            an = got["analysis"]
+            rows += [
+                (f"  {name}: queries/s batched", f"{got['qps_batched']:.0f} (batch_search, 1 thread; CPU {got['batched_cpu_s']:.1f} s)"),
+                ("    queries/s one per call", f"{got['qps_one_query_per_call']:.0f}"),
+                ("    peak RSS searching (MiB)", f"{got['search_peak_mb']:.0f}"),
+                ("    dev gold-passage recall@5", f"{got['recall_at_5']:.3f}"),
+                (f"    top-{args.k} overlap with ours", f"{got['overlap_at_k']:.3f} (dev questions {got['overlap_at_k_dev_questions']:.3f}); "
+                                                     f"{got['queries_differing']:.3f} of the queries differ, "
+                                                     f"{_fmt(got['differing_with_lucene_tie_at_cut'])} of those with a tie at Lucene's cut"),
+                ("    queries analysed alike", f"{an['queries_tokenized_alike']:.3f} (ours with PyStemmer's porter; overlap there "
+                                               f"{_fmt(an['overlap_tokenized_alike'])}, elsewhere {_fmt(an['overlap_tokenized_differently'])})"),
+            ]
+        st = lucene["stemmers"]
+        rows.append(("stemmed apart (Porter2 / Porter)", f"{st['queries_with_such_a_word']:.3f} of the queries; "
+                                                        + "; ".join(w for w, _ in st["words"][:4])))
+        if "ours_with_porter" in lucene:
+            po = lucene["ours_with_porter"]
+            rows.append(("ours with Porter: overlap", ", ".join(f"{v:.3f} ({key.split('with_')[1]})" for key, v in po.items()
+                                                            if key.startswith("overlap")) + f"; recall@5 {po['recall_at_5']:.3f}"))
+        versions = next(v for n, v in lucene.items() if n.startswith("bm25_"))["versions"]
+        rows.append(("Lucene side", ", ".join(f"{key} {val}" for key, val in versions.items() if key != "java_home")))
+    else:
+        print("lucene: skipped (give --pyserini PYTHON, the python of an environment with Pyserini, to compare with Lucene's BM25)")
     width = max(len(r[0]) for r in rows)
     for a, b in rows:
         print(f"{a:<{width}}  {b}")
     print(f"cores: {os.cpu_count()} (timings depend on what else runs on the machine)")
     summary = {"scale": args.scale, "generate_s": round(gen_s, 1), "corpus_mb": round(corpus_mb)}
-    summary.update({key: (round(v, 3) if isinstance(v, float) else v) for key, v in res.items()})
+    summary.update({key: _round(v) for key, v in res.items()})
     summary.update(convert_s_per_million=round(res["convert_s"] * per_m, 1), build_s_per_million=round(res["build_s"] * per_m, 1),
                    index_mb_per_million=round(res["index_mb"] * per_m), store_mb_per_million=round(res["store_mb"] * per_m),
                    shard_passages=args.shard_passages, threads=args.threads, cores=os.cpu_count())
+    if lucene:
+        same = lucene[f"bm25_k1_{BM25Settings().k1}_b_{BM25Settings().b}"]  # Lucene at our k1 and b
+        summary.update(lucene_build_s=round(lucene["build_s"], 1), lucene_qps_batched=round(same["qps_batched"], 1),
+                       lucene_qps_one_query_per_call=round(same["qps_one_query_per_call"], 1),
+                       lucene_overlap_at_k=round(same["overlap_at_k"], 3), lucene_recall_at_5=round(same["recall_at_5"], 3),
+                       qps_batched_vs_lucene=round(res["qps_batched"] / same["qps_batched"], 2))
+        summary["lucene"] = _round(lucene)
+    else:
+        summary["lucene"] = None
     print(json.dumps(summary))
     return 0
+
+
+def _fmt(x) -> str:
+    return "-" if x is None else f"{x:.3f}"
+
+
+def _round(v):
+    if isinstance(v, float):
+        return round(v, 3)
+    if isinstance(v, dict):
+        return {key: _round(x) for key, x in v.items()}
+    if isinstance(v, list):
+        return [_round(x) for x in v]
+    return v
 
 
 # -- the run -------------------------------------------------------------------------------------
@@ -336,6 +579,14 @@ def main(argv: list[str] | None = None) -> int:
                     help="scale mode: the world's passages inside N generated distractors, passage store and sharded BM25")
     ap.add_argument("--shard-passages", type=int, default=250_000, help="scale mode: passages per BM25 shard")
     ap.add_argument("--threads", type=int, default=1, help="scale mode: threads searching shards at once")
+    ap.add_argument("--pyserini", metavar="PYTHON", default=None,
+                    help="scale mode: the python of an environment with Pyserini; also build and search Lucene's BM25 "
+                         "on the same corpus and queries (skipped without it)")
+    ap.add_argument("--also-porter", action="store_true",
+                    help="scale mode, with --pyserini: also build and search ours with Lucene's stemmer (PyStemmer's "
+                         "porter) for the overlap with one analysis difference fewer")
+    ap.add_argument("--stemmer", default="english", help=argparse.SUPPRESS)
+    ap.add_argument("--java-home", default=None, help="scale mode: JAVA_HOME for Pyserini (default: the environment's)")
     ap.add_argument("--worker", choices=("bm25s", "reference", "convert", "build", "search"), help=argparse.SUPPRESS)
     ap.add_argument("--workdir", default=None, help="scale mode: the folder for the corpus and caches (a temporary folder in it)")
     args = ap.parse_args(argv)

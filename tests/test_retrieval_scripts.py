@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -66,7 +68,61 @@ def test_bench_retrieval_runs_small():
 
 def test_bench_retrieval_scale_mode_runs_small(tmp_path):
     pytest.importorskip("psutil")
-    _, summary = run_script("scripts/bench_retrieval.py", "--scale", "3000", "--shard-passages", "1500",
-                            "--queries", "300", "--workdir", str(tmp_path))
+    lines, summary = run_script("scripts/bench_retrieval.py", "--scale", "3000", "--shard-passages", "1500",
+                                "--queries", "300", "--workdir", str(tmp_path))
     assert summary["passages"] == 3000 + 2413 and summary["shards"] == 4
     assert summary["recall_at_5"] >= 0.9 and summary["qps_batched"] > 0 and summary["build_peak_mb"] > 0
+    # without --pyserini the Lucene side is skipped, with a line that says so
+    assert summary["lucene"] is None
+    assert any(line.startswith("lucene: skipped") for line in lines)
+
+
+@pytest.mark.skipif(not os.environ.get("KNOWTRACE_PYSERINI_PYTHON"),
+                    reason="set KNOWTRACE_PYSERINI_PYTHON to the python of an environment with Pyserini (and a JDK)")
+def test_bench_retrieval_scale_mode_against_lucene(tmp_path):
+    pytest.importorskip("psutil")
+    _, summary = run_script("scripts/bench_retrieval.py", "--scale", "3000", "--queries", "300", "--workdir", str(tmp_path),
+                            "--pyserini", os.environ["KNOWTRACE_PYSERINI_PYTHON"])
+    lucene = summary["lucene"]
+    assert lucene["documents"] == summary["passages"] and lucene["build_s"] > 0 and lucene["build_peak_mb"] > 0
+    for name in ("bm25_k1_0.9_b_0.4", "bm25_k1_1.2_b_0.75"):
+        assert lucene[name]["num_docs"] == summary["passages"] and lucene[name]["qps_batched"] > 0
+    # Lucene at our k1 and b ranks nearly as we do on this small corpus
+    assert summary["lucene_overlap_at_k"] >= 0.9 and summary["lucene_recall_at_5"] >= 0.9
+
+
+def _bench_module():
+    spec = importlib.util.spec_from_file_location("bench_retrieval", REPO / "scripts" / "bench_retrieval.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_topk_overlap_counts_shared_passages_per_query():
+    bench = _bench_module()
+    ours = [["a", "b", "c", "d", "e"], ["a", "b"], [], ["x", "y", "z", "w", "v", "extra"]]
+    theirs = [["e", "d", "c", "b", "a"], ["b", "c", "d"], [], ["x", "q", "r", "s", "t"]]
+    # order inside the top k does not matter; fewer hits than k divide by the longer list; two empty lists agree
+    assert bench.topk_overlap(ours, theirs, 5) == [1.0, 1 / 3, 1.0, 0.2]
+    with pytest.raises(ValueError):
+        bench.topk_overlap(ours, theirs[:2], 5)
+
+
+def test_pyserini_collection_holds_the_text_our_index_gets(tmp_path):
+    bench = _bench_module()
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text(json.dumps({"id": "p1", "title": "Drelovia", "text": "The capital is Vamay."}) + "\n\n"
+                      + json.dumps({"id": "p2", "title": "", "text": "No title here."}) + "\n")
+    assert bench.write_pyserini_collection(corpus, tmp_path / "lucene_input") == 2
+    rows = [json.loads(line) for line in (tmp_path / "lucene_input" / "docs.jsonl").read_text().splitlines()]
+    assert rows == [{"id": "p1", "contents": "Drelovia\nThe capital is Vamay."}, {"id": "p2", "contents": "No title here."}]
+
+
+def test_analysis_differences_name_the_terms_on_one_side_only():
+    bench = _bench_module()
+    ours = [["capit", "drelovia"], ["technologi", "institut"], ["found"]]
+    lucene = [["drelovia", "capit"], ["technolog", "institut"], ["found"]]
+    got = bench.analysis_differences(ours, lucene, [1.0, 0.6, 0.8])
+    assert got["queries_tokenized_alike"] == pytest.approx(2 / 3)
+    assert got["overlap_tokenized_alike"] == pytest.approx(0.9) and got["overlap_tokenized_differently"] == pytest.approx(0.6)
+    assert got["terms_only_ours"] == [("technologi", 1)] and got["terms_only_lucene"] == [("technolog", 1)]
