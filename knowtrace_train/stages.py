@@ -2,7 +2,8 @@
 
 A stage is done when its marker `DONE.<stage>` exists in its folder; the marker is written (atomically)
 after every file of the stage, so a kill at any moment leaves either a finished stage or one that is
-redone from scratch (rollouts keep their finished chunks, see `rollout.py`). The marker records the
+redone from scratch (rollouts keep their finished chunks, see `rollout.py`); the temporary file or folder of a
+write the kill cut short is removed as the run starts again (`remove_leftovers`). The marker records the
 SHA-256 of every file the stage wrote or changed in its folder (`"sha256": {path: digest}`, taken once as
 the marker is written); a finished stage whose file is gone or no longer has its digest (a crash's torn
 write, a person's edit, a full disk) is refused with the file named, never used. Under `torchrun` or
