@@ -70,7 +70,7 @@ MODE_VALUES: dict[str, dict[str, object]] = {
 #: evaluation beside the next rollouts and one after training, the calibration, a cache store, the summary, the
 #: report) and every kind of point (start, record, step, save, store, end)
 SMOKE: dict[str, tuple[str, ...]] = {
-    "backtrace": ("iter_0/train_bootstrap:step", "iter_0/merge:save", "iter_0/eval:record", "iter_1/train_complete:save",
+    "backtrace": ("iter_0/merge:save", "iter_0/merge:store#3", "iter_0/eval:record", "iter_1/train_complete:save",
                   "run/report"),
     "star": ("iter_1/rollout:record#2", "iter_1/rationalize:end", "iter_1/train_explore:step"),
     "kto": ("base/eval:store", "iter_1/train_complete:step", "iter_1/calibrate:end"),
@@ -195,7 +195,7 @@ class Chaos:
                 tally.failures.append(f"{mode} {cfg.stem}: the run after {kill!r} failed (exit {rc}):\n{err}")
                 return False
             if kill is not None:  # ended before the point (a named one it never reached, or a late random time)
-                self.log(f"  {mode} {cfg.stem}: {kill!r} was not reached; the run ended")
+                self.log(f"  {mode} {cfg.stem}: {kill!r} was not reached; the run ended", flush=True)
                 killed_before = False
                 break
         return True
@@ -245,12 +245,14 @@ def run_mode(chaos: Chaos, mode: str, points: str, randoms: int, seed: int) -> T
         tally.points = [*chosen, *map(str, times)]
         for i, kill in enumerate([*chosen, *times]):
             tally.tried += 1
-            name = f"{mode}_{i}"
+            name, failed = f"{mode}_{i}", len(tally.failures)
             if chaos.until_done(chaos.config(name, values), mode, [kill], tally):
                 chaos.compare(mode, name, want, tally)
-            shutil.rmtree(chaos.work / name, ignore_errors=True)
-            shutil.rmtree(chaos.work / f"{name}.cache", ignore_errors=True)
-            chaos.log(f"  {mode} {kill}: {'FAILED' if tally.failures else 'ok'}")
+            if len(tally.failures) == failed:  # a failed point's folders are kept to look at
+                shutil.rmtree(chaos.work / name, ignore_errors=True)
+                shutil.rmtree(chaos.work / f"{name}.cache", ignore_errors=True)
+            chaos.log(f"  {mode} {kill}: " + ("ok" if len(tally.failures) == failed else
+                                              "FAILED: " + " / ".join(tally.failures[failed:])[:2000]), flush=True)
     tally.seconds = time.perf_counter() - t0
     return tally
 
