@@ -131,8 +131,8 @@ class Chaos:
         from knowtrace_train.config import dump_config, load_config
         from knowtrace_train.selftrain.config import SelfTrainConfig
 
-        cfg = load_config(SelfTrainConfig, None, tiny_overrides(self.work, self.model_dir, output_dir=str(self.work / name),
-                                                                **values))
+        overrides = tiny_overrides(self.work, self.model_dir, output_dir=str(self.work / name), **values)
+        cfg = load_config(SelfTrainConfig, None, overrides)
         path = self.work / f"{name}.yaml"
         path.write_text(dump_config(cfg), encoding="utf-8")
         return path
@@ -201,7 +201,7 @@ class Chaos:
         return True
 
     def compare(self, mode: str, name: str, want: dict, tally: Tally) -> None:
-        """The run folder against the uninterrupted run's (`want`), and no temporary file a kill left in its cache home."""
+        """The run folder against the uninterrupted run's (`want`); no temporary file a kill left in its cache home."""
         from knowtrace_train.stages import LEFTOVER
 
         tally.compared += 1

@@ -250,15 +250,16 @@ def differing(a: dict[str, object], b: dict[str, object]) -> list[str]:
 
 #: The fault-injection hook (scripts/chaos.py, the kill/resume tests). Set to a point, "POINT" or "POINT#N", the run
 #: SIGKILLs its own process group the N-th time (the first by default) one of its processes reaches POINT (started in
-#: a session of its own, as the harness starts it, that is the run; under torchrun, whose workers are sessions of
-#: their own, the launcher's group and every worker's); set to "list:FILE", it appends every point it reaches ("POINT#N") to FILE and kills nothing. The points
-#: are "<folder>/<stage>:<where>" (folder base, iter_0, iter_1, ...) for every stage the run computes (not those
-#: done already): `start` (its marker absent, before its body), `record` (a finished trajectory appended to a
-#: rollout's or an evaluation's part file), `step` (a training's optimizer step ended), `save` (a safetensors file of
-#: an adapter or of M0 written: killed there, it is left half written), `store` (a file copied into the reuse
-#: cache's entry), `end` (the stage's files written, its marker not yet) and `marked` (the marker written, before the
-#: processes meet); and "run/summary" (summary.json about to be written: after every model's row, and at the end),
-#: "run/report" (the main job's report.html about to be written). Nothing is wrapped where the variable is unset.
+#: a session of its own, as the harness starts it, that is the whole run; under torchrun, whose workers are sessions
+#: of their own, the launcher's group and every worker's). Set to "list:FILE", it appends every point it reaches
+#: ("POINT#N") to FILE and kills nothing. The points are "<folder>/<stage>:<where>" (folder base, iter_0, iter_1, ...)
+#: for every stage the run computes (not those done already): `start` (its marker absent, before its body), `record`
+#: (a finished trajectory appended to a rollout's or an evaluation's part file), `step` (a training's optimizer step
+#: ended), `save` (a safetensors file of an adapter or of M0 written: killed there, it is left half written), `store`
+#: (a file copied into the reuse cache's entry), `end` (the stage's files written, its marker not yet) and `marked`
+#: (the marker written, before the processes meet); and "run/summary" (summary.json about to be written: after every
+#: model's row, and at the end), "run/report" (the main job's report.html about to be written). Nothing is wrapped
+#: where the variable is unset: the package holds no hook.
 KILL_ENV = "KNOWTRACE_TEST_KILL_AT"
 
 
