@@ -2,7 +2,8 @@
 
 A stage is done when its marker `DONE.<stage>` exists in its folder; the marker is written (atomically)
 after every file of the stage, so a kill at any moment leaves either a finished stage or one that is
-redone from scratch (rollouts keep their finished chunks, see `rollout.py`). The marker records the
+redone from scratch (rollouts keep their finished chunks, see `rollout.py`); the temporary file or folder of a
+write the kill cut short is removed as the run starts again (`remove_leftovers`). The marker records the
 SHA-256 of every file the stage wrote or changed in its folder (`"sha256": {path: digest}`, taken once as
 the marker is written); a finished stage whose file is gone or no longer has its digest (a crash's torn
 write, a person's edit, a full disk) is refused with the file named, never used. Under `torchrun` or
@@ -15,6 +16,8 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
+import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -117,6 +120,29 @@ def read_done(folder: Path, stage: str) -> dict[str, Any]:
 
 def mark_done(folder: Path, stage: str, info: dict[str, Any]) -> None:
     write_json(marker(folder, stage), info)
+
+
+#: what a kill in the middle of an atomic write (io.atomic_write_text, io.atomic_dir) leaves: the temporary file or
+#: folder beside the target, ".<name>.<the 8 characters tempfile picks>"
+LEFTOVER = re.compile(r"^\..+\.[a-z0-9_]{8}$")
+
+
+def remove_leftovers(folder: Path) -> list[Path]:
+    """Remove the temporary files and folders that killed atomic writes left under `folder` (a half-saved model, an
+    adapter, a JSON file), which nothing reads and a resumed run would otherwise keep for good; returns them. Only
+    where no process writes there: a run's folder as the run starts, a cache entry's siblings under its lock."""
+    removed = []
+    for root, dirs, files in os.walk(folder):
+        for name in [*dirs, *files]:
+            if LEFTOVER.match(name):
+                p = Path(root) / name
+                shutil.rmtree(p, ignore_errors=True) if p.is_dir() and not p.is_symlink() else p.unlink(missing_ok=True)
+                removed.append(p)
+        dirs[:] = [d for d in dirs if not LEFTOVER.match(d)]
+    if removed:
+        log.info("removed %d temporary file(s) a killed run left in %s: %s", len(removed), folder,
+                 ", ".join(str(p.relative_to(folder)) for p in removed))
+    return removed
 
 
 def folder_state(folder: Path) -> dict[str, tuple[int, int, int]]:

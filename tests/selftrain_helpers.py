@@ -7,7 +7,7 @@ the real generator (the tiny random model with the iteration's adapters), whose 
 So questions of at most `max_rounds - 1` hops are answered right and the loop has records to train on.
 
 Run as a script, it runs a SelfTrain from a YAML config with the oracle (the kill/resume and the
-2-process tests start it as a subprocess):  python tests/selftrain_helpers.py CONFIG.yaml
+2-process tests and scripts/chaos.py start it as a subprocess):  python tests/selftrain_helpers.py CONFIG.yaml
 """
 
 from __future__ import annotations
@@ -199,28 +199,186 @@ def star_and_gold_records(run) -> dict[str, str]:
     return out
 
 
-#: set by the kill/resume test to a rollout's part file: once the run has appended its first trajectory
-#: there, the run waits (10 minutes), so the test kills it at that exact point whatever the machine's load
-PAUSE_ENV = "KNOWTRACE_TEST_PAUSE_AFTER"
+#: Figures that measure time, or say where a stage's output came from (the reuse cache) rather than what it is: left
+#: out where two runs of one config are compared (`run_outputs`)
+NOT_COMPARED = ("seconds", "wall_time", "sec_per_question", "train_seconds", "tokens_per_second", "run_dir",
+                "reused_from", "reused_seconds", "m0_files")
+#: text files compared as text (the run folder's path as RUN); JSON and JSONL ones parsed, without NOT_COMPARED
+TEXT_SUFFIXES = (".json", ".jsonl", ".yaml", ".md", ".jinja", ".txt")
 
 
-def _pause_after_first_part() -> None:
+def _strip(obj):
+    if isinstance(obj, dict):
+        return {k: sorted(v) if k == "target_modules" and isinstance(v, list) else _strip(v)  # PEFT writes a set
+                for k, v in obj.items() if k not in NOT_COMPARED}
+    if isinstance(obj, list):
+        return [_strip(v) for v in obj]
+    return obj
+
+
+def run_outputs(run_dir: Path) -> dict[str, object]:
+    """Every file of a finished run folder as two runs of one config are compared, by its path in the folder: JSON
+    and JSONL files parsed, without the figures of NOT_COMPARED; other text files (config.yaml, a model card) as
+    text; every other file (the adapters' and M0's safetensors, bit for bit) by the SHA-256 of its bytes; the run
+    folder's path as RUN throughout. Left out: the DONE markers (their seconds; the files they list are compared)
+    and report.html (the time it was made). Anything else counts, a temporary file left behind included."""
+    import hashlib
+    import json
+
+    out: dict[str, object] = {}
+    for p in sorted(Path(run_dir).rglob("*")):
+        rel = str(p.relative_to(run_dir))
+        if not p.is_file() or p.name.startswith("DONE.") or rel == "report.html":
+            continue
+        if p.suffix not in TEXT_SUFFIXES:
+            out[rel] = hashlib.sha256(p.read_bytes()).hexdigest()
+            continue
+        text = p.read_text(encoding="utf-8").replace(str(Path(run_dir).resolve()), "RUN").replace(str(run_dir), "RUN")
+        if p.suffix == ".jsonl":
+            out[rel] = [_strip(json.loads(line)) for line in text.splitlines()]
+        elif p.suffix == ".json":
+            out[rel] = _strip(json.loads(text))
+        else:
+            out[rel] = text
+    return out
+
+
+def differing(a: dict[str, object], b: dict[str, object]) -> list[str]:
+    """The paths whose outputs (`run_outputs`) differ or are in one folder only."""
+    return sorted(k for k in set(a) | set(b) if a.get(k, a) != b.get(k, b))
+
+
+#: The fault-injection hook (scripts/chaos.py, the kill/resume tests). Set to a point, "POINT" or "POINT#N", the run
+#: SIGKILLs its own process group the N-th time (the first by default) one of its processes reaches POINT (started in
+#: a session of its own, as the harness starts it, that is the whole run; under torchrun, whose workers are sessions
+#: of their own, the launcher's group and every worker's). Set to "list:FILE", it appends every point it reaches
+#: ("POINT#N") to FILE and kills nothing. The points are "<folder>/<stage>:<where>" (folder base, iter_0, iter_1, ...)
+#: for every stage the run computes (not those done already): `start` (its marker absent, before its body), `record`
+#: (a finished trajectory appended to a rollout's or an evaluation's part file), `step` (a training's optimizer step
+#: ended), `save` (a safetensors file of an adapter or of M0 written: killed there, it is left half written), `store`
+#: (a file copied into the reuse cache's entry), `end` (the stage's files written, its marker not yet) and `marked`
+#: (the marker written, before the processes meet); and "run/summary" (summary.json about to be written: after every
+#: model's row, and at the end), "run/report" (the main job's report.html about to be written). Nothing is wrapped
+#: where the variable is unset: the package holds no hook.
+KILL_ENV = "KNOWTRACE_TEST_KILL_AT"
+
+
+def _kill_at() -> None:
     import os
-    import time
+    import signal
+    import threading
 
-    from knowtrace_train.selftrain import rollout
-
-    target = os.environ.get(PAUSE_ENV)
-    if not target:
+    spec = os.environ.get(KILL_ENV)
+    if not spec:
         return
+    import peft.peft_model as peft_model
+    import transformers.modeling_utils as mu
+    from transformers.trainer_callback import CallbackHandler
+
+    from knowtrace_train import stages
+    from knowtrace_train.selftrain import loop, reuse, rollout
+
+    listing = Path(spec[len("list:"):]) if spec.startswith("list:") else None
+    target, _, nth = spec.partition("#")
+    nth = int(nth or 1)
+    seen: dict[str, int] = {}
+    lock = threading.Lock()
+    where = threading.local()  # the stage each thread runs (an evaluation runs beside the next stages)
+
+    def here(what: str) -> str:
+        return f"{getattr(where, 'stage', None) or 'run'}:{what}"
+
+    def hit(point: str, torn=None) -> None:
+        with lock:
+            n = seen[point] = seen.get(point, 0) + 1
+            if listing is not None:
+                with open(listing, "a", encoding="utf-8") as f:
+                    f.write(f"{point}#{n}\n")
+                return
+        if point == target and n == nth:
+            if torn is not None:
+                torn()
+            print(f"fault injection: SIGKILL at {point}#{n}", file=sys.stderr, flush=True)
+            if os.environ.get("TORCHELASTIC_RUN_ID"):  # torchrun starts each worker in a session of its own
+                import psutil
+
+                launcher = psutil.Process(os.getppid())
+                for worker in launcher.children():
+                    if worker.pid != os.getpid():
+                        os.killpg(worker.pid, signal.SIGKILL)
+                os.killpg(os.getpgid(launcher.pid), signal.SIGKILL)
+            os.killpg(os.getpgrp(), signal.SIGKILL)
+
+    run_stage = stages.StageRunner.run
+
+    def run(self, folder, name, body):
+        if stages.is_done(folder, name):
+            return run_stage(self, folder, name, body)
+        before, where.stage = getattr(where, "stage", None), f"{Path(folder).name}/{name}"
+        try:
+            hit(here("start"))
+            return run_stage(self, folder, name, body)
+        finally:
+            where.stage = before
+
+    mark_done = stages.mark_done
+
+    def mark(folder, stage, info):
+        hit(f"{Path(folder).name}/{stage}:end")
+        mark_done(folder, stage, info)
+        hit(f"{Path(folder).name}/{stage}:marked")
+
     append = rollout.append_jsonl
 
-    def append_then_pause(path, row):
+    def append_then_hit(path, row):
         append(path, row)
-        if Path(path).resolve() == Path(target).resolve():
-            time.sleep(600)
+        hit(here("record"))
 
-    rollout.append_jsonl = append_then_pause
+    def save_then_hit(save):
+        def saved(tensors, filename, metadata=None):
+            save(tensors, filename, metadata=metadata)
+
+            def halve():
+                with open(filename, "r+b") as f:
+                    f.truncate(os.path.getsize(filename) // 2)
+
+            hit(here("save"), torn=halve)
+        return saved
+
+    on_step_end = CallbackHandler.on_step_end
+
+    def step_then_hit(self, args, state, control):
+        out = on_step_end(self, args, state, control)
+        hit(here("step"))
+        return out
+
+    copy_tree = reuse.copy_tree
+
+    def copy_then_hit(src, dst, link=False):
+        copy_tree(src, dst, link)
+        if Path(src).is_file():
+            hit(here("store"))
+
+    write_summary = loop.SelfTrain._write_summary
+
+    def summary(self, metrics):
+        hit("run/summary")
+        return write_summary(self, metrics)
+
+    stages.StageRunner.run, stages.mark_done, rollout.append_jsonl = run, mark, append_then_hit
+    mu.safe_save_file, peft_model.safe_save_file = save_then_hit(mu.safe_save_file), save_then_hit(peft_model.safe_save_file)
+    CallbackHandler.on_step_end, reuse.copy_tree, loop.SelfTrain._write_summary = step_then_hit, copy_then_hit, summary
+    try:
+        from knowtrace_train.commands import selftrain as command
+    except ImportError:
+        return
+    write_report = command.write_report
+
+    def report(*a, **kw):
+        hit("run/report")
+        return write_report(*a, **kw)
+
+    command.write_report = report
 
 
 #: set by the full-disk test: "append:<path's end>:<n>" makes the n-th record appended to that file (a rollout's
@@ -290,6 +448,8 @@ def _disk_full_at() -> None:
 
 @user_errors
 def main(argv: list[str]) -> int:
+    """CONFIG.yaml [--key value ...], with `--coin` the coin oracle (GRPO's groups), with `--main-job` through the
+    main job's command (knowtrace_train/commands/selftrain.py: its table and report.html) instead of `SelfTrain.run`."""
     import json
     import logging
 
@@ -298,16 +458,30 @@ def main(argv: list[str]) -> int:
     from knowtrace_train.selftrain import SelfTrain
     from knowtrace_train.selftrain.config import SelfTrainConfig
 
+    flags = {a for a in argv if a in ("--coin", "--main-job")}
+    argv = [a for a in argv if a not in flags]
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    _pause_after_first_part()
+    _kill_at()
     _disk_full_at()
-    config = load_config(SelfTrainConfig, argv[0], argv[1:])
-    run = SelfTrain(config, progress=False)
     # the factory from the module by its name, not __main__'s copy: reuse keys name the generator factory,
     # and a run of this script must share the cache with a test's in-process run
     import selftrain_helpers
 
-    run.make_generator = selftrain_helpers.oracle_factory(run)
+    factory = selftrain_helpers.coin_oracle_factory if "--coin" in flags else selftrain_helpers.oracle_factory
+    if "--main-job" in flags:
+        from knowtrace_train.commands import selftrain as command
+
+        init = SelfTrain.__init__
+
+        def with_oracle(self, *a, **kw):
+            init(self, *a, **kw)
+            self.make_generator = factory(self)
+
+        SelfTrain.__init__ = with_oracle
+        return command.main(["--config", argv[0], *argv[1:]])
+    config = load_config(SelfTrainConfig, argv[0], argv[1:])
+    run = SelfTrain(config, progress=False)
+    run.make_generator = factory(run)
     summary = run.run()
     if run.procs.is_main:
         print(json.dumps(headline(summary)))

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from selftrain_helpers import DISK_FULL_ENV
-from test_selftrain import _config_file, _outputs
+from selftrain_helpers import DISK_FULL_ENV, differing, run_outputs
+from test_selftrain import _config_file
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = [sys.executable, str(REPO / "tests" / "selftrain_helpers.py")]
@@ -29,7 +29,7 @@ def whole(tmp_path_factory, tiny_model_dir) -> dict[str, object]:
     cfg = _config_file(tmp, "whole", tiny_model_dir, output_dir=str(tmp / "whole"), **VALUES)
     r = subprocess.run([*SCRIPT, str(cfg)], capture_output=True, text=True, cwd=REPO, timeout=900, env=ENV)
     assert r.returncode == 0, r.stderr[-3000:]
-    return _outputs(tmp / "whole")
+    return run_outputs(tmp / "whole")
 
 
 @pytest.mark.parametrize("point,folder,what", [
@@ -64,9 +64,8 @@ def test_a_full_disk_stops_in_one_line_and_the_rerun_gives_the_same_run(tmp_path
     assert r.returncode == 0, r.stderr[-3000:]
     if store:
         assert "stored" in r.stderr and "in the reuse cache" in r.stderr
-    got = _outputs(run)
+    got = run_outputs(run)
     if store:  # the one setting the runs differ in
         assert "\nreuse: true\n" in got["config.yaml"]
         got["config.yaml"] = got["config.yaml"].replace("\nreuse: true\n", "\nreuse: false\n")
-    assert sorted(got) == sorted(whole)
-    assert [k for k in got if got[k] != whole[k]] == []
+    assert differing(got, whole) == []

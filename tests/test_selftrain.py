@@ -19,7 +19,7 @@ from knowtrace_train.report import NO_INTERVAL, headline, load_run, table_header
 from knowtrace_train.selftrain import SelfTrain, check_same_config
 from knowtrace_train.selftrain.config import SelfTrainConfig
 
-from selftrain_helpers import oracle_factory, tiny_overrides
+from selftrain_helpers import differing, oracle_factory, run_outputs, tiny_overrides
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIGS = REPO / "recipes" / "configs"
@@ -384,39 +384,6 @@ def test_an_iteration_with_nothing_to_train_on_stops_the_run(tmp_path, tiny_mode
 # -- kill and resume; two processes -------------------------------------------------------------------
 
 
-def _strip(obj):
-    """Outputs without the figures that measure time."""
-    if isinstance(obj, dict):
-        return {k: sorted(v) if k == "target_modules" and isinstance(v, list) else _strip(v)  # PEFT writes a set
-                for k, v in obj.items()
-                if k not in ("seconds", "wall_time", "sec_per_question", "train_seconds", "tokens_per_second",
-                             "run_dir")}
-    if isinstance(obj, list):
-        return [_strip(v) for v in obj]
-    return obj
-
-
-def _outputs(run_dir: Path) -> dict[str, object]:
-    out: dict[str, object] = {}
-    for p in sorted(run_dir.rglob("*")):
-        if not p.is_file() or p.name.startswith("DONE.") or p.name == "knowtrace_training.json":
-            continue
-        rel = str(p.relative_to(run_dir))
-        text = p.read_text() if p.suffix in (".json", ".jsonl", ".yaml") else ""
-        text = text.replace(str(run_dir.resolve()), "RUN").replace(str(run_dir), "RUN")
-        if p.suffix == ".jsonl":
-            out[rel] = [_strip(json.loads(line)) for line in text.splitlines()]
-        elif p.suffix == ".json":
-            out[rel] = _strip(json.loads(text))
-        elif p.suffix == ".safetensors":
-            from safetensors.torch import load_file
-
-            out[rel] = {k: v.tolist() for k, v in load_file(p).items()}
-        elif p.name == "config.yaml":
-            out[rel] = text
-    return out
-
-
 def _config_file(tmp_path: Path, name: str, tiny_model_dir: Path, **values) -> Path:
     cfg = load_config(SelfTrainConfig, None, tiny_overrides(tmp_path, tiny_model_dir, **values))
     from knowtrace_train.config import dump_config
@@ -429,7 +396,6 @@ def _config_file(tmp_path: Path, name: str, tiny_model_dir: Path, **values) -> P
 def test_killed_run_resumes_to_the_same_results(tmp_path, tiny_model_dir):
     import os
     import signal
-    import time
 
     script = [sys.executable, str(REPO / "tests" / "selftrain_helpers.py")]
     # both runs on the CPU on every machine: the adapters are compared bit for bit, and CUDA's attention
@@ -441,18 +407,14 @@ def test_killed_run_resumes_to_the_same_results(tmp_path, tiny_model_dir):
     assert r.returncode == 0, r.stderr[-3000:]
 
     cut = _config_file(tmp_path, "cut", tiny_model_dir, output_dir=str(tmp_path / "cut"), **values)
-    # the run waits after writing its first finished rollout, so the kill lands mid-rollout under any load
-    from selftrain_helpers import PAUSE_ENV
+    # the run kills itself (SIGKILL to its process group) once it has written its first finished rollout: the kill
+    # lands mid-rollout under any load
+    from selftrain_helpers import KILL_ENV
 
-    first_part = tmp_path / "cut" / "iter_1" / "rollouts.jsonl.parts" / "rank0.jsonl"
-    proc = subprocess.Popen([*script, str(cut)], cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True, env={**env, PAUSE_ENV: str(first_part)})
-    deadline = time.time() + 900
-    while not first_part.exists() and proc.poll() is None and time.time() < deadline:
-        time.sleep(0.05)
-    assert proc.poll() is None, "the run ended before it could be killed: " + proc.stderr.read()[-2000:]
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
+    proc = subprocess.run([*script, str(cut)], cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                          start_new_session=True, timeout=900, env={**env, KILL_ENV: "iter_1/rollout:record"})
+    assert proc.returncode == -signal.SIGKILL, "the run was not killed: " + proc.stderr[-2000:]
+    assert (tmp_path / "cut" / "iter_1" / "rollouts.jsonl.parts" / "rank0.jsonl").is_file()
     assert not (tmp_path / "cut" / "iter_1" / "DONE.eval").exists()
     assert (tmp_path / "cut" / "iter_0" / "DONE.merge").exists()  # the bootstrap is kept
 
@@ -461,9 +423,7 @@ def test_killed_run_resumes_to_the_same_results(tmp_path, tiny_model_dir):
     # M0's evaluation ran beside iteration 1's rollouts (eval_beside, on with 2 threads): the kill may have cut it too
     assert "iter_0/train_bootstrap: done already" in r.stderr
     assert ("iter_0/eval: done already" in r.stderr) != ("iter_0/eval: starting" in r.stderr)
-    a, b = _outputs(tmp_path / "whole"), _outputs(tmp_path / "cut")
-    assert sorted(a) == sorted(b)
-    assert [k for k in a if a[k] != b[k]] == []
+    assert differing(run_outputs(tmp_path / "whole"), run_outputs(tmp_path / "cut")) == []
 
 
 def test_two_processes_with_torchrun(tmp_path, tiny_model_dir):

@@ -130,6 +130,23 @@ def test_an_entry_is_used_only_with_its_key_json_and_every_file(tmp_path, caplog
     assert (src / "model" / "weights.bin").read_bytes() == b"w" * 100  # the run's own files are untouched
 
 
+def test_a_store_removes_what_a_killed_store_of_its_entry_left(tmp_path):
+    """A store killed halfway leaves its temporary folder beside the entry (`.<key>.<8 characters>`, io.atomic_dir);
+    the next store of that entry, under its lock, removes it; another entry's is not its to remove."""
+    c = ReuseCache(tmp_path / "runs")
+    (tmp_path / "eval.jsonl").write_text('{"a": 1}\n')
+    entry, other = c.entry("eval", {"seed": 0}), c.entry("eval", {"seed": 1})
+    for e in (entry, other):
+        (e.path.parent / f".{e.path.name}.k1ll3d_x" / "eval.jsonl").parent.mkdir(parents=True)
+        (e.path.parent / f".{e.path.name}.k1ll3d_x" / "eval.jsonl").write_text('{"a"')
+    c.claim(entry, "eval", "runs/a")
+    try:
+        assert c.store(entry, {"eval.jsonl": tmp_path / "eval.jsonl"}, {}, "runs/a")
+    finally:
+        c.release(entry)
+    assert sorted(p.name for p in entry.path.parent.iterdir()) == sorted([entry.path.name, f".{other.path.name}.k1ll3d_x"])
+
+
 # -- M0: hit, miss, corrupt -------------------------------------------------------------------------------
 
 

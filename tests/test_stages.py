@@ -48,3 +48,22 @@ def test_a_launch_accelerate_does_not_see_whole_is_an_error(monkeypatch, fake_ac
     monkeypatch.setenv("WORLD_SIZE", "4")  # FakeState reports 2
     with pytest.raises(RuntimeError, match="launched as 4 processes .* accelerate sees 2"):
         Processes.detect()
+
+
+def test_a_run_folder_loses_what_killed_atomic_writes_left_and_nothing_else(tmp_path):
+    """A kill in the middle of io.atomic_dir / atomic_write_text leaves `.<name>.<8 characters>` beside the target
+    (a half-saved model, an adapter): removed, with everything else, hidden files included, kept."""
+    from knowtrace_train.stages import remove_leftovers
+
+    (tmp_path / "iter_0" / ".model.afk9q90k").mkdir(parents=True)
+    (tmp_path / "iter_0" / ".model.afk9q90k" / "model.safetensors").write_bytes(b"half")
+    (tmp_path / "iter_1" / "adapters" / ".complete.vg_gyx1q").mkdir(parents=True)
+    (tmp_path / "iter_1" / ".metrics.json.k2j4l5m6").write_text("{")
+    kept = [tmp_path / "iter_0" / "model" / "config.json", tmp_path / ".gitignore", tmp_path / "iter_1" / ".notes.md",
+            tmp_path / "iter_1" / "rollouts.jsonl.parts" / "rank0.jsonl", tmp_path / ".ipynb_checkpoints" / "a.txt"]
+    for p in kept:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text("x")
+    removed = remove_leftovers(tmp_path)
+    assert sorted(p.name for p in removed) == [".complete.vg_gyx1q", ".metrics.json.k2j4l5m6", ".model.afk9q90k"]
+    assert sorted(p for p in tmp_path.rglob("*") if p.is_file()) == sorted(kept)

@@ -85,9 +85,13 @@ class Bootstrap:
             inputs = self.m0_inputs(groups)
             # M0's own key is what the keys of its evaluation and of iteration 1's rollouts know of it
             self._m0_key = self.reuse_cache.entry("m0", inputs).key
-            # a run that has trained part of its M0 already finishes it
+            # a run that has trained part of its M0 already finishes it, and stores it as an uninterrupted run does
+            # (under the entry's lock: the store removes what a store of it that a kill cut short left)
             if not (is_done(folder, "merge") or any(is_done(folder, f"train_{a}") for a in groups)):
                 entry, cached = self.reuse_lookup("m0", lambda: inputs, "M0 (iter_0/model)")
+            elif not is_done(folder, "merge") and self.procs.is_main:
+                entry = self.reuse_cache.entry("m0", inputs)
+                self.reuse_cache.claim(entry, "M0 (iter_0/model)", self.run_dir)
         try:  # the M0 entry's lock (taken by the lookup) is held until M0 is stored or linked
             train_info = {}
             for i, (adapter, recs) in enumerate(groups.items()):

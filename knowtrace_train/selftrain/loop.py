@@ -68,7 +68,7 @@ from knowtrace_train.selftrain.models import (
     ModelState, generator_config, read_records, rollout_strategy_config, run_relative, strategy_config)
 from knowtrace_train.selftrain.reuse import Reuse
 from knowtrace_train.selftrain.rollout import pass_at_samples, run_rollouts
-from knowtrace_train.stages import Processes, StageRunner
+from knowtrace_train.stages import Processes, StageRunner, remove_leftovers
 from knowtrace_train.trajectory import read_trajectories
 
 log = logging.getLogger(__name__)
@@ -256,6 +256,8 @@ class SelfTrain(Bootstrap, Calibration, Reuse, AdapterTraining, Evaluations):
         saved = self.run_dir / "config.yaml"
         if saved.is_file():
             check_same_config(cfg, saved, self.procs.world)
+            if self.procs.is_main:  # a killed run's half-written temporary files (none of this run's yet)
+                remove_leftovers(self.run_dir)
         elif self.procs.is_main:
             from knowtrace_train.io import atomic_write_text
 

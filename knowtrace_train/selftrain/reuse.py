@@ -50,6 +50,7 @@ from knowtrace_train.config import config_to_dict
 from knowtrace_train.errors import installed_version
 from knowtrace_train.io import atomic_dir, cache_home, disk_space, file_sha256, model_identity, write_json
 from knowtrace_train.selftrain.entry_lock import EntryLock
+from knowtrace_train.stages import LEFTOVER
 
 log = logging.getLogger(__name__)
 
@@ -218,8 +219,13 @@ class ReuseCache:
         """Put `files` (name in the entry -> a file or folder of the run; copied, or with `link` hard-linked
         where the file system allows) and the stage's figures in the cache; key.json last. A failure is
         logged, never raised (the run does not depend on the cache), but for a full disk (`DiskFullError`,
-        exit 2: the run folder is most often on that disk too; the rerun computes the stage again)."""
+        exit 2: the run folder is most often on that disk too; the rerun computes the stage again). Called under the
+        entry's lock, it first removes the temporary folder a killed store of the entry left."""
         try:
+            if entry.path.parent.is_dir():
+                for old in entry.path.parent.glob(f".{entry.path.name}.*"):
+                    if LEFTOVER.match(old.name):
+                        shutil.rmtree(old, ignore_errors=True)
             with atomic_dir(entry.path, done=KEY_FILE, what=f"the reuse cache's {entry.stage} entry") as tmp:
                 for name, src in files.items():
                     copy_tree(Path(src), tmp / name, link)
