@@ -89,7 +89,7 @@ class MintQADecomposingMethod(MintQAMethod):
         super().__init__(name)
 
     def gold_records(self, config: MintQADecomposeConfig, items, retriever, *, fewshot: bool, require_support: bool,
-                     count_tokens, iteration):
+                     count_tokens, iteration, make_generator=None):
         from knowtrace_train.methods.mintqa.gold import mintqa_gold_records
 
         return mintqa_gold_records(config, items, retriever, record_kinds=list(self.record_roles(config)),
