@@ -152,6 +152,8 @@ class Bootstrap:
             res = self.method.gold_records(
                 cfg.strategy, self.questions.bootstrap, self.retriever, fewshot=cfg.fewshot_trained,
                 require_support=cfg.bootstrap.require_support, count_tokens=self.count_tokens, iteration=0,
+                # the raw base, built only by a method whose gold labels ask it (MINTQA-dynamic's certainty)
+                make_generator=lambda: self.build_generator(self.raw_base()),
             )
             self._write_records(folder, res.records_by_role)
             write_json(folder / "gold.json", res.stats)

@@ -62,7 +62,8 @@ class BaselineMethod(Method):
         return dataclasses.replace(config, fewshot=fewshot_trained) if config.role in trained else config
 
     def gold_records(self, config: BaselineConfig, items: Sequence[QAItem], retriever: Retriever, *, fewshot: bool,
-                     require_support: bool, count_tokens: Callable[[str], int], iteration: int | None):
+                     require_support: bool, count_tokens: Callable[[str], int], iteration: int | None,
+                     make_generator=None):
         """The records of the method's loop run on the items' gold chains (gold.py)."""
         from knowtrace_train.methods.baselines.gold import baseline_gold_records
 

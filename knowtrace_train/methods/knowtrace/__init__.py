@@ -91,7 +91,8 @@ class KnowTraceMethod(Method):
             kg_to_text=shots(r.kg_to_text, f.kg_to_text)))
 
     def gold_records(self, config: KnowTraceConfig, items: Sequence[QAItem], retriever: Retriever, *, fewshot: bool,
-                     require_support: bool, count_tokens: Callable[[str], int], iteration: int | None):
+                     require_support: bool, count_tokens: Callable[[str], int], iteration: int | None,
+                     make_generator=None):
         from knowtrace_train.methods.knowtrace.gold import gold_trajectory_records
 
         return gold_trajectory_records(items, retriever, k=config.passages, fewshot=fewshot, kg_format=config.kg_format,

@@ -89,12 +89,14 @@ class MintQADecomposingMethod(MintQAMethod):
         super().__init__(name)
 
     def gold_records(self, config: MintQADecomposeConfig, items, retriever, *, fewshot: bool, require_support: bool,
-                     count_tokens, iteration):
+                     count_tokens, iteration, make_generator=None):
+        """The records of the engine run on the items' gold chains (gold.py); the dynamic strategy's certainty is
+        what the raw model (`make_generator`) answers right, every hop uncertain without one."""
         from knowtrace_train.methods.mintqa.gold import mintqa_gold_records
 
         return mintqa_gold_records(config, items, retriever, record_kinds=list(self.record_roles(config)),
                                    fewshot=fewshot, require_support=require_support, count_tokens=count_tokens,
-                                   iteration=iteration)
+                                   iteration=iteration, make_generator=make_generator)
 
 
 def mintqa_methods() -> list[MintQAMethod]:
