@@ -107,7 +107,9 @@ class Tally:
 def kill_launch(pid: int) -> None:
     """SIGKILL to the process group of `pid` (started in a session of its own) and of each process it started (torchrun
     starts every worker in a session of its own)."""
-    import psutil
+    from knowtrace_train.errors import import_extra
+
+    psutil = import_extra("psutil", "dev", "scripts/chaos.py (it finds the processes torchrun started)")
 
     try:
         children = psutil.Process(pid).children(recursive=True)

@@ -25,6 +25,11 @@ from knowtrace_train.errors import MissingExtraError, import_extra
 
 ROOT = Path(__file__).resolve().parents[1]
 SCANNED = ("knowtrace_train", "recipes", "scripts")
+# Scripts that run under another environment's python, never ours: {script: the packages that environment
+# brings}. Each must import nothing from knowtrace_train (checked below), so that environment needs none of ours.
+SEPARATE_ENVIRONMENT = {
+    "scripts/bench_lucene.py": {"pyserini", "jnius"},  # the Pyserini venv of bench_retrieval.py --pyserini PYTHON
+}
 
 
 def dist_name(requirement: str) -> str:
@@ -50,8 +55,10 @@ def distributions_of(top: str) -> set[str]:
 
 
 def _local(top: str, path: Path) -> bool:
-    """A sibling module of a script (`from bench_prompts import ...` in scripts/)."""
-    return top == "knowtrace_train" or (path.parent / f"{top}.py").is_file() or (path.parent / top).is_dir()
+    """A sibling module of a script (`from bench_prompts import ...` in scripts/), or a module of the repository's
+    tests/ (scripts/chaos.py, a development tool, runs the tests' helpers)."""
+    return (top == "knowtrace_train" or (path.parent / f"{top}.py").is_file() or (path.parent / top).is_dir()
+            or (ROOT / "tests" / f"{top}.py").is_file())
 
 
 def _extra_call(node: ast.AST) -> ast.Call | None:
@@ -62,7 +69,8 @@ def _extra_call(node: ast.AST) -> ast.Call | None:
     return None
 
 
-def problems(paths: list[Path], core: set[str], extras: dict[str, set[str]]) -> list[str]:
+def problems(paths: list[Path], core: set[str], extras: dict[str, set[str]],
+             separate: dict[str, set[str]] = SEPARATE_ENVIRONMENT) -> list[str]:
     """What is wrong with the imports of `paths`: an undeclared package, an extra's package imported
     without `import_extra`, an `import_extra` naming the wrong extra or not in literal strings."""
     found = []
@@ -88,8 +96,17 @@ def problems(paths: list[Path], core: set[str], extras: dict[str, set[str]]) -> 
                 modules = [node.module]
             else:
                 continue
+            rel = path.relative_to(ROOT).as_posix() if path.is_relative_to(ROOT) else str(path)
             for module in modules:
                 top = module.split(".")[0]
+                if rel in separate:
+                    if top == "knowtrace_train" or _local(top, path):
+                        found.append(f"{where}: `import {module}`: {rel} runs under another environment's python "
+                                     "and must import nothing of ours")
+                    elif top not in sys.stdlib_module_names and top not in separate[rel]:
+                        found.append(f"{where}: `import {module}` is not among the packages {rel}'s environment brings "
+                                     f"({sorted(separate[rel])})")
+                    continue
                 if top in sys.stdlib_module_names or _local(top, path):
                     continue
                 dists = distributions_of(top)
@@ -133,6 +150,18 @@ def test_the_check_catches_a_function_level_import_of_an_undeclared_package(tmp_
     assert any("mod.py:8" in f and "'dense'" in f and "import_extra" in f for f in found)
     assert any("mod.py:11" in f and "not provided by the extra 'plot'" in f for f in found)
     assert any("mod.py:14" in f and "literal strings" in f for f in found)
+
+
+def test_a_script_of_another_environment_may_import_only_that_environments_packages(tmp_path):
+    """bench_lucene.py runs under the Pyserini venv's python: its pyserini is allowed, ours and others' are not."""
+    core, extras = declared()
+    script = tmp_path / "bench_other.py"
+    script.write_text("import json\nimport pyserini\nfrom knowtrace_train.data import corpus\nimport numpy\n")
+    found = problems([script], core, extras, separate={str(script): {"pyserini"}})
+    assert len(found) == 2, found
+    assert "import nothing of ours" in found[0] and "knowtrace_train" in found[0]
+    assert "`import numpy` is not among the packages" in found[1]
+    assert not problems([ROOT / "scripts" / "bench_lucene.py"], core, extras)
 
 
 def test_scipy_numpy_and_the_hub_client_are_core_dependencies():
