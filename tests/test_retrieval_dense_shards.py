@@ -18,7 +18,7 @@ pytest.importorskip("faiss")
 from knowtrace_train.data.corpus import read_corpus  # noqa: E402
 from knowtrace_train.data.store import open_store  # noqa: E402
 from knowtrace_train.io import DiskFullError  # noqa: E402
-from knowtrace_train.retrieval import RetrievalError, RetrieverConfig, build_retriever, pair_to_query  # noqa: E402
+from knowtrace_train.retrieval import RetrievalError, RetrieverConfig, build_retriever, pair_to_query, passage_text  # noqa: E402
 from knowtrace_train.retrieval import dense_shards  # noqa: E402
 from knowtrace_train.retrieval.dense import DenseRetriever, default_encoder_path  # noqa: E402
 from knowtrace_train.retrieval.dense_shards import DENSE_SHARDS_FORMAT, ShardedDenseRetriever, ivfpq_lists  # noqa: E402
@@ -191,3 +191,35 @@ def test_a_full_disk_is_one_line_and_nothing_is_left(bag, monkeypatch):
                                             r"it needs about 3,706,368 bytes .* 1,000 are free"):
         ShardedDenseRetriever(store, **kw)  # 2,413 passages x 384 dims (the encoder's) x 4 bytes
     assert list((kw["cache_dir"] / "dense-shards").iterdir()) == []
+
+
+def test_the_build_holds_one_chunk_of_passages_at_a_time(bag, monkeypatch):
+    """Memory while building: the texts of one encode chunk (here 100 passages), whatever the store's size;
+    the store streamed once, no row read."""
+    from knowtrace_train.data.store import PassageStore
+
+    store, kw = bag
+    seen = {"streamed": 0, "rows": 0, "encoded": 0, "held": []}
+
+    class Counting(PassageStore):
+        def __iter__(self):
+            for p in super().__iter__():
+                seen["streamed"] += 1
+                yield p
+
+        def __getitem__(self, i):
+            seen["rows"] += 1
+            return super().__getitem__(i)
+
+    def counting_encode(self, texts, kind):
+        seen["held"].append(seen["streamed"] - seen["encoded"])
+        seen["encoded"] += len(texts)
+        return bag_encode(self, texts, kind)
+
+    monkeypatch.setattr(ShardedDenseRetriever, "_encode", counting_encode)
+    r = ShardedDenseRetriever(Counting(store.folder), shard_passages=700, encode_chunk=100, **kw)
+    assert max(seen["held"]) == 100 and len(seen["held"]) == 25
+    assert seen["streamed"] == len(store) and seen["rows"] == 0
+    assert [s["stop"] - s["start"] for s in r.meta["shards"]] == [700, 700, 700, 313]  # chunks split across shards
+    emb = np.concatenate([np.load(r.index_dir / s["file"]) for s in r.meta["shards"]])
+    assert np.allclose(emb, bag_encode(None, [t for t in map(passage_text, store)], "document"))
