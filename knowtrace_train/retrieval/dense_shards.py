@@ -76,7 +76,7 @@ class ShardedDenseRetriever:
         nlist: int = 0,
         pq_m: int = 0,
         nprobe: int = 64,
-        refine: int = 4,
+        refine: int = 16,
         encode_chunk: int = 0,
         search_block: int = 65_536,
     ) -> None:
