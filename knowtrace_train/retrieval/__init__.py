@@ -58,6 +58,15 @@ class RetrieverConfig:
     )
     batch_size: int = field(default=64, metadata={"help": "dense: passages encoded per batch"})
     device: str = field(default="cpu", metadata={"help": "dense: the encoder's torch device ('cpu', 'cuda', ...)"})
+    dense_index: str = field(
+        default="flat",
+        metadata={"help": "dense on a passage store: 'flat' (exact, memory-mapped shards searched in blocks) or 'ivfpq' "
+                  "(faiss IVF-PQ candidates re-scored exactly from the shards; for embeddings larger than memory)"},
+    )
+    dense_dtype: str = field(
+        default="float32", metadata={"help": "dense on a passage store: the embedding shards' dtype, 'float32' or 'float16' (half the disk)"}
+    )
+    nprobe: int = field(default=64, metadata={"help": "dense, dense_index ivfpq: IVF lists searched a query"})
     # -- elasticsearch / opensearch --
     url: str = field(default="", metadata={"help": "elasticsearch, opensearch: server URL; '': $KNOWTRACE_ES_URL"})
     index: str = field(
@@ -76,6 +85,12 @@ class RetrieverConfig:
             raise ValueError(f"retriever field 'k' must be a positive integer, got {self.k!r}")
         if self.batch_size <= 0:
             raise ValueError(f"retriever field 'batch_size' must be positive, got {self.batch_size!r}")
+        if self.dense_index not in ("flat", "ivfpq"):
+            raise ValueError(f"retriever field 'dense_index' must be 'flat' or 'ivfpq', got {self.dense_index!r}")
+        if self.dense_dtype not in ("float32", "float16"):
+            raise ValueError(f"retriever field 'dense_dtype' must be 'float32' or 'float16', got {self.dense_dtype!r}")
+        if not isinstance(self.nprobe, int) or self.nprobe <= 0:
+            raise ValueError(f"retriever field 'nprobe' must be a positive integer, got {self.nprobe!r}")
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], where: str = "retriever") -> "RetrieverConfig":
@@ -103,12 +118,15 @@ def check_retriever_installed(config: RetrieverConfig) -> None:
 
 
 def build_retriever(config: RetrieverConfig, passages: Sequence[Passage]) -> Retriever:
-    """Build (or load from the cache) the configured backend's index over `passages`; for BM25, a
-    `data.store.PassageStore` gets the sharded, memory-mapped index (`bm25_shards`)."""
+    """Build (or load from the cache) the configured backend's index over `passages`. A
+    `data.store.PassageStore` is never read whole into memory: BM25 gets the sharded, memory-mapped index
+    (`bm25_shards`), dense the memory-mapped embedding shards (`dense_shards`), Elasticsearch/OpenSearch
+    a bulk index streamed from the store."""
     if len(passages) == 0:
         raise RetrievalError("cannot build a retriever over an empty corpus")
+    from knowtrace_train.data.store import PassageStore
+
     if config.backend == "bm25":
-        from knowtrace_train.data.store import PassageStore
         from knowtrace_train.retrieval.bm25 import BM25Retriever, BM25Settings
 
         settings = BM25Settings(
@@ -120,6 +138,20 @@ def build_retriever(config: RetrieverConfig, passages: Sequence[Passage]) -> Ret
             return ShardedBM25Retriever(passages, settings, cache_dir=config.cache_dir, show_progress=config.show_progress)
         return BM25Retriever(passages, settings, cache_dir=config.cache_dir, show_progress=config.show_progress)
     if config.backend == "dense":
+        if isinstance(passages, PassageStore):  # embeddings in memory-mapped shards, the corpus streamed
+            from knowtrace_train.retrieval.dense_shards import ShardedDenseRetriever
+
+            return ShardedDenseRetriever(
+                passages,
+                encoder=config.encoder,
+                cache_dir=config.cache_dir,
+                batch_size=config.batch_size,
+                device=config.device,
+                show_progress=config.show_progress,
+                dtype=config.dense_dtype,
+                index=config.dense_index,
+                nprobe=config.nprobe,
+            )
         from knowtrace_train.retrieval.dense import DenseRetriever
 
         return DenseRetriever(

@@ -40,15 +40,19 @@ class ElasticRetriever:
         batch_size: int = 256,
         timeout_s: float = 30.0,
         show_progress: bool = False,
+        bulk_chunk: int = 1000,
     ) -> None:
         if flavor not in FLAVORS:
             raise RetrievalError(f"flavor must be one of {FLAVORS}, got {flavor!r}")
         client_module, self._helpers = client_modules(flavor)
         if len(passages) == 0:
             raise RetrievalError(f"cannot build an {flavor} index over an empty corpus")
-        if batch_size <= 0:
-            raise RetrievalError(f"batch_size must be positive, got {batch_size}")
-        self.passages = list(passages)
+        if batch_size <= 0 or bulk_chunk <= 0:
+            raise RetrievalError(f"batch_size and bulk_chunk must be positive, got {batch_size} and {bulk_chunk}")
+        # a passage store (data.store.PassageStore) is kept as it is: indexed by streaming it in bulk
+        # requests of `bulk_chunk` passages, hits read back by row; any other sequence is copied, as before
+        self.passages = passages if _is_store(passages) else list(passages)
+        self.bulk_chunk = bulk_chunk
         self.flavor = flavor
         self.url = url or os.environ.get(URL_ENV, "")
         if not self.url:
@@ -106,7 +110,7 @@ class ElasticRetriever:
         return dict(body.get("mappings", {}).get("_meta", {}))
 
     def _actions(self) -> Iterator[dict[str, Any]]:
-        for pos, p in enumerate(self.passages):
+        for pos, p in enumerate(self.passages):  # a store streams its rows: one bulk chunk in memory at a time
             yield {"_index": self.index, "_id": str(pos), "_source": {"contents": passage_text(p), "pid": p.id, "pos": pos}}
 
     def _bulk_index(self) -> None:
@@ -116,15 +120,17 @@ class ElasticRetriever:
 
         streaming_bulk = self._helpers.streaming_bulk
         log.info("bulk-indexing %d passages into %s index %s", len(self.passages), self.flavor, self.index)
-        failed = []
+        failed: list = []
+        n_failed = 0
         progress = tqdm(total=len(self.passages), desc=f"{self.flavor} bulk index", disable=not (self.show_progress and stderr_is_terminal()))
-        for ok, info in streaming_bulk(self.client, self._actions(), chunk_size=1000, raise_on_error=False):
+        for ok, info in streaming_bulk(self.client, self._actions(), chunk_size=self.bulk_chunk, raise_on_error=False):
             progress.update(1)
-            if not ok:
+            if not ok and len(failed) < 10:  # a few kept to name: a store's failures are not all held
                 failed.append(info)
+            n_failed += not ok
         progress.close()
-        if failed:
-            raise RetrievalError(f"{len(failed)} passages failed to index into {self.index!r}; first: {failed[0]}")
+        if n_failed:
+            raise RetrievalError(f"{n_failed} passages failed to index into {self.index!r}; first: {failed[0]}")
         self.client.indices.refresh(index=self.index)
 
     # -- search ------------------------------------------------------------
@@ -156,6 +162,12 @@ class ElasticRetriever:
     def delete_index(self) -> None:
         """Remove this retriever's index from the server."""
         self.client.indices.delete(index=self.index)
+
+
+def _is_store(passages) -> bool:
+    from knowtrace_train.data.store import PassageStore
+
+    return isinstance(passages, PassageStore)
 
 
 def _body(response) -> dict[str, Any]:
