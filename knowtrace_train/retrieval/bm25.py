@@ -142,17 +142,21 @@ class PostingsSearch:
     budget, each batch scored by `self._search_chunk`. BM25Retriever and the sharded index share it, and
     its `search_rows` over `self._shards` (a list of (first row, term-by-passage CSR matrix)).
 
-    Two searches, the same results (the same top k, ties by row, the same float32 scores):
+    Two searches, the same results (the same top k, ties by row, the same float32 scores, bit for bit):
     `pruning="none"` scores every posting of every query term (one sparse product per shard);
-    `pruning="maxscore"` is MaxScore (Turtle and Flood 1995), exact, per query: each term's upper bound
-    (its largest score over all passages, `_upper_bounds`) times its count in the query bounds what it can add;
-    terms are taken in decreasing bound, and the postings of a term are read only while the bounds of the
-    terms not yet read could still lift a passage that holds none of the read ones to the k-th best score
-    found so far (θ, a real score of a real passage, so never above the true k-th). A passage met in a
-    term's postings is dropped as soon as its partial score plus the bounds of the terms still unlooked
-    falls below θ; the rest are looked up in the other terms' postings (binary search: a term's postings
-    are sorted by passage) and scored in full, in the sparse product's own order of terms and float32
-    arithmetic, so that a score equals the exhaustive one bit for bit.
+    `pruning="maxscore"` is MaxScore (Turtle and Flood 1995), exact. Each term's upper bound (its largest score
+    over all passages, `_upper_bounds`) times its count in the query bounds what it can add to a score; with θ,
+    a lower bound of the k-th best score, the *non-essential* terms are the most of the query's terms, smallest
+    bounds first, whose bounds sum below θ: a passage holding only those cannot enter the top k, so their
+    postings are never read whole. Per query, θ starts as the k-th best full score of a few real passages (the
+    best postings of its term of largest bound, in every shard) and rises with every shard searched. Per shard,
+    the essential terms' postings are summed by one sparse product (scipy, a group of queries at once); a
+    candidate stays only while that sum plus the non-essential terms' bounds can reach θ, with the bound of a
+    frequent term taken per block of 2**_BLOCK_BITS passages (its block maxima: Ding and Suel 2011's block-max
+    idea); the rest are looked up in the non-essential terms' postings (binary search: a term's postings are sorted by
+    passage), largest bound first, dropped as soon as they cannot reach θ, and the survivors scored in full
+    in the sparse product's own order of terms and float32 arithmetic, so that a score equals the
+    exhaustive one bit for bit and ties break alike.
     """
 
     #: "maxscore" or "none" (PRUNING); set per retriever
@@ -170,7 +174,7 @@ class PostingsSearch:
         check_search_args(queries, k)
         term_ids = self.analyze(queries)
         out: list[list[ScoredPassage]] = []
-        for start, stop in self._chunks(term_ids):
+        for start, stop in self._chunks(term_ids) if self.pruning == "none" else _count_chunks(len(term_ids)):
             out.extend(self._search_chunk(term_ids[start:stop], k))
         return out
 
@@ -283,6 +287,7 @@ class PostingsSearch:
             (offset, np.asarray(m.indptr, dtype=np.int64), np.asarray(m.indices), np.asarray(m.data))
             for offset, m in self._shards
         ]
+        self._block_max = [_block_maxima(*arrays[1:]) for arrays in self._arrays]
         return ub
 
     def _search_rows_maxscore(self, term_ids: list[list[int]], k: int) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -331,58 +336,72 @@ class PostingsSearch:
             if q is not None:
                 cuts[i] = self._seed_cut(*q[:3], k)
         tops = [empty] * len(term_ids)
-        for (offset, indptr, indices, data), (_, matrix) in zip(self._arrays, self._shards):
+        for (offset, indptr, indices, data), (_, matrix), block_max in zip(self._arrays, self._shards, self._block_max):
             # the essential terms of each query: those whose reach is not below its cut
-            rows, cols, vals = [], [], []
-            rest, ms = np.zeros(len(term_ids)), np.zeros(len(term_ids), dtype=np.int64)
+            ms = np.zeros(len(term_ids), dtype=np.int64)
+            cost = np.zeros(len(term_ids), dtype=np.int64)  # the essential terms' postings in this shard
             for i, q in enumerate(queries):
-                if q is None:
+                if q is not None:
+                    terms, counts, order, reach = q
+                    ms[i] = m = int(np.count_nonzero(reach[:-1] >= cuts[i]))
+                    t = terms[order[:m]]
+                    cost[i] = int((indptr[t + 1] - indptr[t]).sum())
+            # one sparse product for a group of queries whose essential postings stay under the chunk budget
+            start = 0
+            while start < len(term_ids):
+                stop = start + max(1, int(np.searchsorted(np.cumsum(cost[start:]), POSTINGS_PER_CHUNK, side="right")))
+                group = [i for i in range(start, stop) if queries[i] is not None and ms[i]]
+                start = stop
+                if not group:
                     continue
-                terms, counts, order, reach = q
-                m = int(np.count_nonzero(reach[:-1] >= cuts[i]))
-                rows.append(np.full(m, i))
-                cols.append(terms[order[:m]])
-                vals.append(counts[order[:m]])
-                rest[i], ms[i] = reach[m], m
-            if not rows:
-                break
-            q_ess = sp.csr_matrix(
-                (np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))), shape=(len(term_ids), n_terms)
-            )
-            partial = q_ess @ matrix
-            p_ptr, p_docs, p_vals = partial.indptr, partial.indices, partial.data
-            # a passage whose partial sum plus the other terms' bounds falls below θ is out: over the whole batch
-            need = (cuts - rest).astype(dtype)  # cut and rest in float64, the hair of cut covers this rounding
-            keep = np.flatnonzero(p_vals >= np.repeat(need, np.diff(p_ptr)))
-            kept = np.searchsorted(keep, p_ptr)  # each query's first kept entry
-            p_docs, p_vals = p_docs[keep], p_vals[keep]
-            for i, q in enumerate(queries):
-                lo, hi = kept[i], kept[i + 1]
-                if hi == lo:
-                    continue
-                docs, part = p_docs[lo:hi], p_vals[lo:hi]
-                if ms[i] == len(q[0]):  # every term essential: the partial sums are the exhaustive scores
-                    if hi - lo > k:
-                        docs, part = _top_k(docs, part, k)
-                    tops[i], cuts[i] = _merge_top(tops[i], docs.astype(np.int64) + offset, part, k, cuts[i])
-                    continue
-                terms = q[0]
-                segs = [(indices[a:b], data[a:b]) for a, b in zip(indptr[terms].tolist(), indptr[terms + 1].tolist())]
-                if len(docs) > _FIRST_BLOCK:
-                    # the passages of largest partial sum first: their full scores raise θ before the rest are looked up
-                    best = np.argpartition(part, len(part) - _FIRST_BLOCK)
-                    blocks = [best[len(part) - _FIRST_BLOCK:], best[: len(part) - _FIRST_BLOCK]]
-                else:
-                    blocks = [None]
-                for block in blocks:
-                    d, v = (docs, part) if block is None else (docs[block], part[block])
-                    d, v = _full_scores(d, v, segs, q, ms[i], rest[i], cuts[i], dtype)
-                    tops[i], cuts[i] = _merge_top(tops[i], d.astype(np.int64) + offset, v, k, cuts[i])
+                rows = np.repeat(np.arange(len(group)), ms[group])
+                cols = np.concatenate([queries[i][0][queries[i][2][: ms[i]]] for i in group])
+                vals = np.concatenate([queries[i][1][queries[i][2][: ms[i]]] for i in group])
+                partial = sp.csr_matrix((vals, (rows, cols)), shape=(len(group), n_terms)) @ matrix
+                for g, i in enumerate(group):
+                    lo, hi = partial.indptr[g], partial.indptr[g + 1]
+                    if hi > lo:
+                        tops[i], cuts[i] = self._shard_candidates(
+                            partial.indices[lo:hi], partial.data[lo:hi], queries[i], int(ms[i]), tops[i], cuts[i], k,
+                            (offset, indptr, indices, data), block_max, dtype,
+                        )
         out = []
         for docs, vals in tops:
             order = np.lexsort((docs, -vals))
             out.append((docs[order], vals[order]))
         return out
+
+    @staticmethod
+    def _shard_candidates(docs, part, query, m, top, cut, k, arrays, block_max, dtype):
+        """A query's candidates in one shard (the passages of its `m` essential terms, `part` their sum there),
+        into its top k: (the new top k, the new cut)."""
+        terms, counts, order, reach = query
+        offset, indptr, indices, data = arrays
+        if m == len(terms):  # every term essential: the partial sums are the exhaustive scores
+            if len(docs) > k:
+                docs, part = _top_k(docs, part, k)
+            return _merge_top(top, docs.astype(np.int64) + offset, part, k, cut)
+        # out: a passage whose partial sum plus the other terms' largest scores in its block falls below the cut
+        b_rows, b_table = block_max
+        per_block = np.zeros(b_table.shape[1], dtype=dtype)
+        for r in range(m, len(terms)):
+            row = b_rows[terms[order[r]]]
+            per_block += (reach[r] - reach[r + 1]) if row < 0 else b_table[row] * counts[order[r]]
+        keep = part + per_block[docs >> _BLOCK_BITS] >= cut  # float32 as the scores: the cut's hair covers it
+        docs, part = docs[keep], part[keep]
+        if not len(docs):
+            return top, cut
+        segs = [(indices[a:b], data[a:b]) for a, b in zip(indptr[terms].tolist(), indptr[terms + 1].tolist())]
+        if len(docs) > _FIRST_BLOCK:
+            # the passages of largest partial sum first: their full scores raise θ before the rest are looked up
+            best = np.argpartition(part, len(part) - _FIRST_BLOCK)
+            blocks = [best[len(part) - _FIRST_BLOCK:], best[: len(part) - _FIRST_BLOCK]]
+        else:
+            blocks = [slice(None)]
+        for block in blocks:
+            d, v = _full_scores(docs[block], part[block], segs, query, m, cut, dtype, block_max)
+            top, cut = _merge_top(top, d.astype(np.int64) + offset, v, k, cut)
+        return top, cut
 
     def _seed_cut(self, terms: np.ndarray, counts: np.ndarray, order: np.ndarray, k: int, per_shard: int = 20) -> float:
         """A first θ (less the rounding hair) for one query: the k-th best full score among the passages where its
@@ -414,6 +433,12 @@ class PostingsSearch:
         return -np.inf
 
 
+def _count_chunks(n: int):
+    """MaxScore's batches: by count only (its sparse products are kept under the postings budget inside)."""
+    for start in range(0, n, MAX_QUERIES_PER_CHUNK):
+        yield start, min(n, start + MAX_QUERIES_PER_CHUNK)
+
+
 #: passages scored in full first, of a query's candidates in a shard (those of largest partial sum)
 _FIRST_BLOCK = 256
 
@@ -431,25 +456,65 @@ def _merge_top(top, docs, vals, k, cut):
     return (docs, vals), cut
 
 
-def _full_scores(docs, part, segs, query, m, rest, cut, dtype):
+#: block-max bounds: a term with at least _BLOCK_TERM postings in a shard keeps its largest score in each block of
+#: 2**_BLOCK_BITS passages (Ding and Suel 2011's block-max idea, on fixed passage blocks)
+_BLOCK_BITS = 8
+_BLOCK_TERM = 1024
+
+
+def _block_maxima(indptr: np.ndarray, indices: np.ndarray, data: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """One shard's block maxima: (row of each term in the table, -1 for a term with fewer postings; the table,
+    terms by blocks of 2**_BLOCK_BITS passages, float32, 0 for a block without the term: never below a score
+    there, nor below the 0 of a passage without the term)."""
+    lengths = indptr[1:] - indptr[:-1]
+    long = np.flatnonzero(lengths >= _BLOCK_TERM)
+    rows = np.full(len(lengths), -1, dtype=np.int32)
+    rows[long] = np.arange(len(long), dtype=np.int32)
+    n_blocks = (int(indices.max()) >> _BLOCK_BITS) + 1 if len(indices) else 1
+    table = np.zeros((len(long), n_blocks), dtype=data.dtype)
+    for row, t in enumerate(long.tolist()):
+        seg, sv = indices[indptr[t]:indptr[t + 1]], data[indptr[t]:indptr[t + 1]]
+        block = seg >> _BLOCK_BITS
+        starts = np.flatnonzero(np.concatenate([[True], block[1:] != block[:-1]]))
+        table[row, block[starts]] = np.maximum(np.maximum.reduceat(sv, starts), 0)
+    return rows, table
+
+
+def _full_scores(docs, part, segs, query, m, cut, dtype, block_max):
     """Of a query's candidate passages in a shard (`docs`, their essential terms' sum `part`), those that can
-    still reach `cut`, with their full scores: looked up in the non-essential terms (from the `m`-th by decreasing
-    bound; `rest` their bounds' sum), largest bound first, dropping a passage as soon as its partial sum plus the
-    bounds of the terms still unlooked falls below the cut; the survivors scored as the product sums."""
+    still reach `cut`, with their full scores: bounded by the non-essential terms' (from the `m`-th by decreasing
+    bound) block maxima (or bounds), then looked up in those terms, largest bound first, dropping a passage as soon
+    as its partial sum plus the bounds of the terms still unlooked falls below the cut; the survivors scored as
+    the product sums."""
     terms, counts, order, reach = query
-    upper = part.astype(np.float64) + rest
+    rows, table = block_max
+
+    def term_bound(r, docs):
+        """The most the r-th term (by decreasing bound) can add to each of `docs`."""
+        row = rows[terms[order[r]]]
+        if row < 0:
+            return reach[r] - reach[r + 1]
+        return table[row][docs >> _BLOCK_BITS].astype(np.float64) * float(counts[order[r]])
+
+    upper = part.astype(np.float64)
     for r in range(m, len(terms)):
+        upper = upper + term_bound(r, docs)
+    keep = upper >= cut
+    if not keep.all():
+        docs, upper = docs[keep], upper[keep]
+    for r in range(m, len(terms)):
+        if not len(docs):
+            return docs, np.zeros(0, dtype=dtype)
         j = order[r]
         seg, sv = segs[j]
+        upper = upper - term_bound(r, docs)
         if len(seg):
-            upper += _lookup(seg, sv, docs)[1] * float(counts[j]) - (reach[r] - reach[r + 1])
-        else:
-            upper -= reach[r] - reach[r + 1]
+            upper += _lookup(seg, sv, docs)[1] * float(counts[j])
         keep = upper >= cut
         if not keep.all():
             docs, upper = docs[keep], upper[keep]
-            if not len(docs):
-                return docs, np.zeros(0, dtype=dtype)
+    if not len(docs):
+        return docs, np.zeros(0, dtype=dtype)
     score = np.zeros(len(docs), dtype=dtype)  # float32, terms in ascending id: the product's sum, bit for bit
     for t in range(len(terms)):
         seg, sv = segs[t]
