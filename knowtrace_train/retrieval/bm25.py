@@ -350,14 +350,37 @@ class PostingsSearch:
             start = 0
             while start < len(term_ids):
                 stop = start + max(1, int(np.searchsorted(np.cumsum(cost[start:]), POSTINGS_PER_CHUNK, side="right")))
-                group = [i for i in range(start, stop) if queries[i] is not None and ms[i]]
+                group = []
+                for i in range(start, stop):
+                    if queries[i] is None or not ms[i]:
+                        continue
+                    if ms[i] > 1:
+                        group.append(i)
+                        continue
+                    # one essential term: its postings are the candidates, no product needed
+                    terms, counts, order, _ = queries[i]
+                    t = terms[order[0]]
+                    if indptr[t + 1] > indptr[t]:
+                        docs, vals = indices[indptr[t]:indptr[t + 1]], data[indptr[t]:indptr[t + 1]]
+                        tops[i], cuts[i] = self._shard_candidates(
+                            docs, vals * counts[order[0]], queries[i], 1, tops[i], cuts[i], k,
+                            (offset, indptr, indices, data), block_max, dtype,
+                        )
                 start = stop
                 if not group:
                     continue
-                rows = np.repeat(np.arange(len(group)), ms[group])
-                cols = np.concatenate([queries[i][0][queries[i][2][: ms[i]]] for i in group])
-                vals = np.concatenate([queries[i][1][queries[i][2][: ms[i]]] for i in group])
-                partial = sp.csr_matrix((vals, (rows, cols)), shape=(len(group), n_terms)) @ matrix
+                # each query's essential terms in ascending id (np.sort of positions into its ascending terms): the
+                # order the product sums them in, as the exhaustive product's
+                at = [np.sort(queries[i][2][: ms[i]]) for i in group]
+                q_ess = sp.csr_matrix(
+                    (
+                        np.concatenate([queries[i][1][a] for i, a in zip(group, at)]),
+                        np.concatenate([queries[i][0][a] for i, a in zip(group, at)]),
+                        np.concatenate([[0], np.cumsum(ms[group])]),
+                    ),
+                    shape=(len(group), n_terms),
+                )
+                partial = q_ess @ matrix
                 for g, i in enumerate(group):
                     lo, hi = partial.indptr[g], partial.indptr[g + 1]
                     if hi > lo:
@@ -378,6 +401,8 @@ class PostingsSearch:
         terms, counts, order, reach = query
         offset, indptr, indices, data = arrays
         if m == len(terms):  # every term essential: the partial sums are the exhaustive scores
+            if not part.all():  # the product leaves out a passage whose sum is exactly 0
+                docs, part = docs[part != 0], part[part != 0]
             if len(docs) > k:
                 docs, part = _top_k(docs, part, k)
             return _merge_top(top, docs.astype(np.int64) + offset, part, k, cut)
