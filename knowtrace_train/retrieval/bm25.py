@@ -428,12 +428,12 @@ class PostingsSearch:
             top, cut = _merge_top(top, d.astype(np.int64) + offset, v, k, cut)
         return top, cut
 
-    def _seed_cut(self, terms: np.ndarray, counts: np.ndarray, order: np.ndarray, k: int, per_shard: int = 20) -> float:
+    def _seed_cut(self, terms: np.ndarray, counts: np.ndarray, order: np.ndarray, k: int) -> float:
         """A first θ (less the rounding hair) for one query: the k-th best full score among the passages where its
-        terms of largest bound score highest (`per_shard` a term and shard), real scores of real passages, so never
+        terms of largest bound score highest (_SEED_POSTINGS a term and shard), real scores of real passages, so never
         above the true k-th; -inf where fewer than k passages were found."""
         found_docs, found_vals = [], []
-        m = max(k, per_shard)
+        m = max(k, _SEED_POSTINGS)
         for r in range(len(terms)):
             t = terms[order[r]]
             for offset, indptr, indices, data in self._arrays:
@@ -456,6 +456,10 @@ class PostingsSearch:
                 theta = float(np.partition(vals, len(vals) - k)[len(vals) - k])
                 return theta - _BOUND_SLACK * abs(theta)
         return -np.inf
+
+
+#: the postings of largest score, of a query's term of largest bound in each shard, that are scored in full for θ
+_SEED_POSTINGS = 20
 
 
 def _count_chunks(n: int):
