@@ -177,3 +177,25 @@ def test_maxscore_in_the_one_piece_index(tmp_path, monkeypatch):
 def test_pruning_must_be_known(tmp_path):
     with pytest.raises(RetrievalError, match="pruning"):
         BM25Retriever(read_corpus(ROOT / "corpus.jsonl"), cache_dir=None, pruning="wand")
+
+
+def test_maxscore_sorts_postings_that_are_not_sorted_by_passage(tmp_path, caplog):
+    import scipy.sparse as sp
+
+    passages = read_corpus(ROOT / "corpus.jsonl")
+    exhaustive = BM25Retriever(passages, cache_dir=tmp_path, pruning="none")
+    pruned = BM25Retriever(passages, cache_dir=tmp_path)
+    m = pruned._matrix
+    rng = np.random.default_rng(0)
+    indices, data = np.array(m.indices), np.array(m.data)
+    for t in range(0, m.shape[0], 3):  # every third term's postings shuffled
+        lo, hi = m.indptr[t], m.indptr[t + 1]
+        perm = lo + rng.permutation(hi - lo)
+        indices[lo:hi], data[lo:hi] = indices[perm], data[perm]
+    pruned._shards = [(0, sp.csr_matrix((data, indices, m.indptr), shape=m.shape))]
+    queries = world_queries()
+    with caplog.at_level(logging.WARNING):
+        got = pruned.search(queries, 5)
+    assert "not sorted by passage" in caplog.text
+    assert got == exhaustive.search(queries, 5)
+    assert not (pruned.index_dir / "upper_bounds.npy").exists()  # kept only where no shard needed sorting

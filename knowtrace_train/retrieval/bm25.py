@@ -1,5 +1,6 @@
 """BM25 retrieval with bm25s: one analyzer for passages and queries, a cached memory-mapped
-index, and batched search as one sparse product over the queries of a batch."""
+index, and batched search: exact MaxScore (the default), or one sparse product over the queries of a
+batch scoring every posting (`pruning="none"`), the same results (`PostingsSearch`)."""
 
 from __future__ import annotations
 
@@ -248,7 +249,8 @@ class PostingsSearch:
     def _upper_bounds(self) -> np.ndarray:
         """Each term's largest score over all its postings, all shards (0 for a term without one): computed
         once, checking on the way that every term's postings are sorted by passage (a shard whose are not
-        is sorted in memory), and kept in `_bounds_file()` where there is one."""
+        is sorted in memory), and kept in `_bounds_file()` where there is one and no shard needed sorting (so a
+        bounds file found means that the check passed)."""
         ub = getattr(self, "_ub", None)
         if ub is not None:
             return ub
@@ -258,12 +260,12 @@ class PostingsSearch:
             ub = np.load(path)
             if ub.shape != (n_terms,):
                 ub = None
-        need_check = ub is None
+        need_check, sorted_here = ub is None, False
         shards = []
         for offset, m in self._shards:
             if need_check and not m.has_sorted_indices:  # scipy scans the indices in C
                 log.warning("a BM25 shard's postings are not sorted by passage: sorting a copy in memory")
-                m = m.sorted_indices()
+                m, sorted_here = m.sorted_indices(), True
             shards.append((offset, m))
         self._shards = shards
         if ub is None:
@@ -274,7 +276,7 @@ class PostingsSearch:
                 nz = np.flatnonzero(indptr[1:] > indptr[:-1])
                 if len(nz):
                     ub[nz] = np.maximum(ub[nz], np.maximum.reduceat(data, indptr[nz]))
-            if path is not None:
+            if path is not None and not sorted_here:
                 try:  # written whole, then renamed: a reader never sees half a file
                     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp.npy")
                     np.save(tmp, ub)
