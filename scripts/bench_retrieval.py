@@ -26,9 +26,13 @@ deterministic by --seed), then, each in a fresh subprocess: the passage store's 
 peak RSS (getrusage in the child), the store's and index's size on disk, queries/s batched and one
 query per call (the world's dev questions and KnowTrace-style entity-relation queries from its gold
 chains), and the world dev questions' gold-passage recall@5 (a gold passage among the top 5). The
-last line is JSON.
+last line is JSON. Search runs with MaxScore (`pruning="maxscore"`, the default) and exhaustively
+(`"none"`) side by side, taken in turn, their top k checked equal (`--pruning` for one of them).
+`--cached` only searches the open-world store of N distractors already in the cache home (the corpus
+source `generated`, `--seed`) with its index there, generating and building nothing.
 
     python scripts/bench_retrieval.py --scale 1000000 [--shard-passages 250000] [--workdir DIR]
+    python scripts/bench_retrieval.py --scale 1000000 --cached
 
 With `--pyserini PYTHON` (the python of a separate environment with Pyserini, a benchmark-only
 dependency; `--java-home` picks its JDK), the same run also builds Lucene's BM25 index on the same
@@ -276,28 +280,55 @@ def scale_worker(args) -> dict:
     r = ShardedBM25Retriever(store, BM25Settings(stemmer=args.stemmer), cache_dir=cache, shard_passages=args.shard_passages,
                              threads=args.threads)
     load_s = time.perf_counter() - t0
+    return {"load_s": load_s, **search_figures(r, args)}
+
+
+def search_figures(r, args) -> dict:
+    """Queries/s batched and one query per call of each pruning asked (`--pruning`; with both, the two taken
+    in turn, exhaustive first, so that the machine's load falls on both alike), the top k of each (which must
+    be the same), and the dev questions' recall@5. The first pruning's figures keep the plain keys."""
+    prunings = ("none", "maxscore") if args.pruning == "both" else (args.pruning,)
     queries, gold = _world_queries(args.queries)
-    r.search(queries[:50], args.k)  # warm the page cache
-    t0, c0 = time.perf_counter(), time.process_time()
-    results = r.search(queries, args.k)
-    batched_s, batched_cpu_s = time.perf_counter() - t0, time.process_time() - c0
     single = queries[: min(len(queries), 300)]
+    out: dict = {"queries": len(queries), "dev_questions": len(gold), "pruning": {}}
     t0 = time.perf_counter()
-    for q in single:
-        r.search([q], args.k)
-    single_s = time.perf_counter() - t0
-    hits = [bool(g & {h.passage.id for h in res[:5]}) for g, res in zip(gold, results)]
-    full = [g <= {h.passage.id for h in res[:5]} for g, res in zip(gold, results)]
-    return {"load_s": load_s, "queries": len(queries), "qps_batched": len(queries) / batched_s,
-            "batched_cpu_s": batched_cpu_s, "qps_one_query_per_call": len(single) / single_s, "dev_questions": len(gold),
-            "recall_at_5": float(np.mean(hits)), "all_gold_at_5": float(np.mean(full)), "search_peak_mb": peak_mb(),
-            "top": [[h.passage.id for h in res] for res in results]}
+    r.pruning = "maxscore"
+    r.search(queries[:1], args.k)  # MaxScore's upper bounds and block maxima (kept beside the index after the first)
+    out["maxscore_prepare_s"] = time.perf_counter() - t0
+    tops = {}
+    for name in prunings:
+        r.pruning = name
+        r.search(queries[:50], args.k)  # warm the page cache
+        t0, c0 = time.perf_counter(), time.process_time()
+        results = r.search(queries, args.k)
+        batched_s, batched_cpu_s = time.perf_counter() - t0, time.process_time() - c0
+        t0 = time.perf_counter()
+        for q in single:
+            r.search([q], args.k)
+        single_s = time.perf_counter() - t0
+        tops[name] = [[(h.passage.id, h.score) for h in res] for res in results]
+        out["pruning"][name] = {"qps_batched": len(queries) / batched_s, "batched_cpu_s": batched_cpu_s,
+                                "qps_one_query_per_call": len(single) / single_s}
+    first = tops[prunings[0]]
+    if len(prunings) > 1:
+        a, b = (tops[p] for p in prunings)
+        out["same_results"] = all([d for d, _ in x] == [d for d, _ in y] and all(abs(u - v) <= 1e-5 for (_, u), (_, v) in zip(x, y))
+                                  for x, y in zip(a, b))
+        out["maxscore_speedup_batched"] = out["pruning"]["maxscore"]["qps_batched"] / out["pruning"]["none"]["qps_batched"]
+        out["maxscore_speedup_one_query_per_call"] = (out["pruning"]["maxscore"]["qps_one_query_per_call"]
+                                                      / out["pruning"]["none"]["qps_one_query_per_call"])
+    out.update(out["pruning"][prunings[-1]])  # the plain keys: the last asked (with both, MaxScore, the default)
+    hits = [bool(g & {d for d, _ in res[:5]}) for g, res in zip(gold, first)]
+    full = [g <= {d for d, _ in res[:5]} for g, res in zip(gold, first)]
+    out.update(recall_at_5=float(np.mean(hits)), all_gold_at_5=float(np.mean(full)), search_peak_mb=peak_mb(),
+               top=[[d for d, _ in res] for res in first])
+    return out
 
 
 def run_scale_worker(name: str, args, workdir: Path, stemmer: str = "english") -> dict:
     cmd = [sys.executable, __file__, "--scale", str(args.scale), "--worker", name, "--workdir", str(workdir),
            "--k", str(args.k), "--queries", str(args.queries), "--shard-passages", str(args.shard_passages),
-           "--threads", str(args.threads), "--stemmer", stemmer]
+           "--threads", str(args.threads), "--stemmer", stemmer, "--pruning", args.pruning, "--seed", str(args.seed)]
     subprocess.run(cmd, check=True)
     return json.loads((workdir / f"scale_{name}.json").read_text())
 
@@ -426,11 +457,45 @@ def lucene_search(args, workdir: Path, k1: float, b: float) -> dict:
     return json.loads(out.read_text())
 
 
+def cached_main(args) -> int:
+    """`--cached`: search the open-world store already in the cache home and its index, nothing built."""
+    from knowtrace_train.data.generated import find_generated
+    from knowtrace_train.retrieval.bm25_shards import ShardedBM25Retriever
+
+    store = find_generated(args.scale, args.seed)
+    if store is None:
+        raise SystemExit(f"no generated store of {args.scale} distractors (seed {args.seed}) in the cache home: "
+                         "run without --cached, or open it once (data.generated.open_generated)")
+    t0 = time.perf_counter()
+    r = ShardedBM25Retriever(store, BM25Settings(), shard_passages=args.shard_passages, threads=args.threads)
+    res = {"load_s": time.perf_counter() - t0, "passages": len(store), "shards": len(r.meta["shards"]),
+           "index": str(r.index_dir), **search_figures(r, args)}
+    res.pop("top")
+    for name, got in res["pruning"].items():
+        print(f"{name:>8}: {got['qps_batched']:.0f} queries/s batched over {res['queries']} (CPU {got['batched_cpu_s']:.1f} s), "
+              f"{got['qps_one_query_per_call']:.0f} one per call")
+    if "same_results" in res:
+        print(f"same top {args.k} and scores: {res['same_results']}; MaxScore {res['maxscore_speedup_batched']:.2f}x batched, "
+              f"{res['maxscore_speedup_one_query_per_call']:.2f}x one per call")
+    print(f"dev gold-passage recall@5 {res['recall_at_5']:.3f}; {res['passages']} passages, {res['shards']} shards; "
+          f"load {res['load_s']:.2f} s, MaxScore's first search {res['maxscore_prepare_s']:.2f} s; peak RSS {res['search_peak_mb']:.0f} MiB")
+    try:
+        load = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    except OSError:
+        load = "?"
+    print(f"cores: {os.cpu_count()}, load average {load} (timings depend on what else runs on the machine)")
+    print(json.dumps({"scale": args.scale, "cores": os.cpu_count(), "loadavg": load, "threads": args.threads,
+                      **{key: _round(v) for key, v in res.items()}}))
+    return 0
+
+
 def scale_main(args) -> int:
     if args.worker:
         result = scale_worker(args)
         (Path(args.workdir) / f"scale_{args.worker}.json").write_text(json.dumps(result))
         return 0
+    if args.cached:
+        return cached_main(args)
     lucene: dict = {}
     with tempfile.TemporaryDirectory(prefix="bench_scale_", dir=args.workdir) as tmp:
         workdir = Path(tmp)
@@ -491,8 +556,12 @@ def scale_main(args) -> int:
         ("  peak RSS (MiB)", f"{res['build_peak_mb']:.0f}"),
         ("  index on disk (MiB)", f"{res['index_mb']:.0f}"),
         ("load (s)", f"{res['load_s']:.2f}"),
-        ("queries/s batched", f"{res['qps_batched']:.0f} over {res['queries']} (CPU {res['batched_cpu_s']:.1f} s)"),
-        ("queries/s one per call", f"{res['qps_one_query_per_call']:.0f}"),
+        *[(f"queries/s batched ({name})", f"{got['qps_batched']:.0f} over {res['queries']} (CPU {got['batched_cpu_s']:.1f} s)")
+          for name, got in res["pruning"].items()],
+        *[(f"queries/s one per call ({name})", f"{got['qps_one_query_per_call']:.0f}") for name, got in res["pruning"].items()],
+        *([("MaxScore: same results, speed-up", f"{res['same_results']}; {res['maxscore_speedup_batched']:.2f}x batched, "
+                                                f"{res['maxscore_speedup_one_query_per_call']:.2f}x one per call")]
+          if "same_results" in res else []),
         ("  peak RSS searching (MiB)", f"{res['search_peak_mb']:.0f}"),
         ("dev gold-passage recall@5", f"{res['recall_at_5']:.3f} ({res['dev_questions']} questions; all gold in top 5: {res['all_gold_at_5']:.3f})"),
     ]
@@ -579,6 +648,11 @@ def main(argv: list[str] | None = None) -> int:
                     help="scale mode: the world's passages inside N generated distractors, passage store and sharded BM25")
     ap.add_argument("--shard-passages", type=int, default=250_000, help="scale mode: passages per BM25 shard")
     ap.add_argument("--threads", type=int, default=1, help="scale mode: threads searching shards at once")
+    ap.add_argument("--pruning", choices=("both", "maxscore", "none"), default="both",
+                    help="scale mode: search with MaxScore, exhaustively, or both side by side (default)")
+    ap.add_argument("--cached", action="store_true",
+                    help="scale mode: only search the open-world store of N distractors already in the cache home "
+                         "(corpus source `generated`, --seed) and its sharded index there: nothing generated or built")
     ap.add_argument("--pyserini", metavar="PYTHON", default=None,
                     help="scale mode: the python of an environment with Pyserini; also build and search Lucene's BM25 "
                          "on the same corpus and queries (skipped without it)")

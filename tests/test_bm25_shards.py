@@ -6,6 +6,7 @@ import json
 import logging
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from knowtrace_train.data.corpus import read_corpus
@@ -87,3 +88,114 @@ def test_a_full_disk_is_one_line_and_the_half_built_index_is_removed(tmp_path, m
     with pytest.raises(DiskFullError, match=r"bm25-shards: the disk filled while building the BM25 index: it needs about [\d,]+ bytes"):
         ShardedBM25Retriever(store, cache_dir=tmp_path, shard_passages=1000)
     assert list((tmp_path / "bm25-shards").iterdir()) == []
+
+
+# -- MaxScore (pruning="maxscore") against the exhaustive search (pruning="none") -----------------------------
+
+
+def hard_queries(retriever) -> list[str]:
+    """Queries MaxScore could get wrong: every term common (no rare term to start from), one term, a term
+    repeated, a word the corpus never had beside known ones."""
+    counts = retriever._postings
+    vocab = {i: w for w, i in retriever._analyzer.get_vocab_dict().items()}
+    common = [vocab[int(t)] for t in np.argsort(-counts)[:30] if int(t) in vocab and vocab[int(t)]]
+    rare = [vocab[int(t)] for t in np.argsort(counts)[:5] if int(t) in vocab and vocab[int(t)]]
+    return (
+        [" ".join(common[i:i + n]) for n in (2, 3, 5) for i in range(0, 15, 5)]  # all common
+        + common[:8] + rare[:3]  # one term
+        + [f"{common[0]} {common[0]} {common[3]}", f"{rare[0]} {common[1]} zzzunknownword", "zzzunknownword"]
+    )
+
+
+def assert_same_rows(a, b, where):
+    for i, ((da, va), (db, vb)) in enumerate(zip(a, b)):
+        assert da.tolist() == db.tolist(), (where, i)
+        assert np.allclose(va, vb, rtol=0, atol=1e-5), (where, i)
+        assert va.tolist() == vb.tolist(), (where, i)  # in fact bit for bit: the product's float32 sums
+
+
+@pytest.fixture(scope="module")
+def distractor_store(tmp_path_factory):
+    from knowtrace_train.data.generated import generate_corpus
+
+    tmp = tmp_path_factory.mktemp("distractors")
+    generate_corpus(tmp / "corpus.jsonl", 3000, seed=1, base=ROOT / "corpus.jsonl")
+    return open_store(tmp / "corpus.jsonl", cache_dir=tmp), tmp
+
+
+@pytest.mark.parametrize("corpus", ["world", "distractors"])
+@pytest.mark.parametrize("shard_passages", [500, 100_000])
+def test_maxscore_ranks_and_scores_as_the_exhaustive_search(tmp_path, corpus, shard_passages, distractor_store, monkeypatch):
+    from knowtrace_train.retrieval import bm25
+
+    # small corpora: block maxima for terms of 16 postings on, blocks of 16 passages, 8 passages scored first
+    monkeypatch.setattr(bm25, "_BLOCK_TERM", 16)
+    monkeypatch.setattr(bm25, "_BLOCK_BITS", 4)
+    monkeypatch.setattr(bm25, "_FIRST_BLOCK", 8)
+    if corpus == "world":
+        store, cache = open_store(ROOT / "corpus.jsonl", cache_dir=tmp_path), tmp_path
+    else:
+        store, cache = distractor_store
+    r = ShardedBM25Retriever(store, cache_dir=cache, shard_passages=shard_passages, pruning="none")
+    queries = world_queries() + hard_queries(r)
+    term_ids = r.analyze(queries)
+    assert [] in term_ids and any(len(set(t)) == 1 for t in term_ids)
+    for k in (1, 5, 20):
+        r.pruning = "none"
+        exhaustive = r.search_rows(term_ids, k)
+        r.pruning = "maxscore"
+        assert_same_rows(exhaustive, r.search_rows(term_ids, k), (corpus, shard_passages, k))
+    assert (r.index_dir / "upper_bounds.npy").exists()
+    # one query a call, two threads, and the default: the same
+    assert_same_rows([r.search_rows([t], 5)[0] for t in term_ids[:40]], r.search_rows(term_ids[:40], 5), "one per call")
+    one_thread = r.search_rows(term_ids, 5)
+    r.threads = 2
+    assert_same_rows(r.search_rows(term_ids, 5), one_thread, "threads")
+    again = ShardedBM25Retriever(store, cache_dir=cache, shard_passages=shard_passages)
+    assert again.pruning == "maxscore"
+    assert again.search(queries, 5) == r.search(queries, 5)
+
+
+def test_maxscore_in_the_one_piece_index(tmp_path, monkeypatch):
+    from knowtrace_train.retrieval import bm25
+
+    monkeypatch.setattr(bm25, "_BLOCK_TERM", 16)
+    monkeypatch.setattr(bm25, "_BLOCK_BITS", 4)
+    monkeypatch.setattr(bm25, "_FIRST_BLOCK", 8)
+    passages = read_corpus(ROOT / "corpus.jsonl")
+    for cache_dir in (None, tmp_path):
+        exhaustive = BM25Retriever(passages, cache_dir=cache_dir, pruning="none")
+        pruned = BM25Retriever(passages, cache_dir=cache_dir, pruning="maxscore")
+        queries = world_queries() + hard_queries(pruned)
+        for k in (1, 5, 20):
+            a, b = exhaustive.search(queries, k), pruned.search(queries, k)
+            assert [[h.passage.id for h in x] for x in a] == [[h.passage.id for h in x] for x in b]
+            assert [[h.score for h in x] for x in a] == [[h.score for h in x] for x in b]
+    assert (pruned.index_dir / "upper_bounds.npy").exists()
+
+
+def test_pruning_must_be_known(tmp_path):
+    with pytest.raises(RetrievalError, match="pruning"):
+        BM25Retriever(read_corpus(ROOT / "corpus.jsonl"), cache_dir=None, pruning="wand")
+
+
+def test_maxscore_sorts_postings_that_are_not_sorted_by_passage(tmp_path, caplog):
+    import scipy.sparse as sp
+
+    passages = read_corpus(ROOT / "corpus.jsonl")
+    exhaustive = BM25Retriever(passages, cache_dir=tmp_path, pruning="none")
+    pruned = BM25Retriever(passages, cache_dir=tmp_path)
+    m = pruned._matrix
+    rng = np.random.default_rng(0)
+    indices, data = np.array(m.indices), np.array(m.data)
+    for t in range(0, m.shape[0], 3):  # every third term's postings shuffled
+        lo, hi = m.indptr[t], m.indptr[t + 1]
+        perm = lo + rng.permutation(hi - lo)
+        indices[lo:hi], data[lo:hi] = indices[perm], data[perm]
+    pruned._shards = [(0, sp.csr_matrix((data, indices, m.indptr), shape=m.shape))]
+    queries = world_queries()
+    with caplog.at_level(logging.WARNING):
+        got = pruned.search(queries, 5)
+    assert "not sorted by passage" in caplog.text
+    assert got == exhaustive.search(queries, 5)
+    assert not (pruned.index_dir / "upper_bounds.npy").exists()  # kept only where no shard needed sorting

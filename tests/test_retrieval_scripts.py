@@ -72,6 +72,9 @@ def test_bench_retrieval_scale_mode_runs_small(tmp_path):
                                 "--queries", "300", "--workdir", str(tmp_path))
     assert summary["passages"] == 3000 + 2413 and summary["shards"] == 4
     assert summary["recall_at_5"] >= 0.9 and summary["qps_batched"] > 0 and summary["build_peak_mb"] > 0
+    # MaxScore and the exhaustive search side by side: the same top k
+    assert set(summary["pruning"]) == {"none", "maxscore"} and summary["same_results"] is True
+    assert summary["pruning"]["none"]["qps_one_query_per_call"] > 0 and summary["maxscore_speedup_batched"] > 0
     # without --pyserini the Lucene side is skipped, with a line that says so
     assert summary["lucene"] is None
     assert any(line.startswith("lucene: skipped") for line in lines)

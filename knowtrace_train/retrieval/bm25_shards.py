@@ -11,6 +11,10 @@ Build, two passes over the store, one shard (`shard_passages` passages) in memor
    postings by bm25s' own `_build_scores_and_indices_for_matrix` and save them as a term-by-passage
    CSR matrix (data, indices, indptr .npy: bm25s' layout), memory-mapped at search.
 
+Each term's postings are sorted by passage (a shard's CSC matrix is sorted before it is saved), which
+MaxScore's lookups need; the terms' upper bounds are computed at the first pruned search and kept
+beside the index (`upper_bounds.npy`).
+
 Peak memory is one shard's tokens and scores plus the vocabulary, whatever the corpus size.
 """
 
@@ -28,7 +32,7 @@ import numpy as np
 from knowtrace_train.data.schema import Passage
 from knowtrace_train.io import DiskFullError
 from knowtrace_train.retrieval.base import RetrievalError, ScoredPassage, passage_text
-from knowtrace_train.retrieval.bm25 import BM25Settings, PostingsSearch, _bm25s, _top_k, make_analyzer, query_matrix
+from knowtrace_train.retrieval.bm25 import DEFAULT_PRUNING, PRUNING, BM25Settings, PostingsSearch, _bm25s, make_analyzer
 from knowtrace_train.retrieval.cache import build_once, cache_key, resolve_cache_dir
 
 log = logging.getLogger(__name__)
@@ -55,6 +59,7 @@ class ShardedBM25Retriever(PostingsSearch):
         shard_passages: int = DEFAULT_SHARD_PASSAGES,
         show_progress: bool = False,
         threads: int = 1,
+        pruning: str = DEFAULT_PRUNING,
     ) -> None:
         if len(store) == 0:
             raise RetrievalError("cannot build a BM25 index over an empty corpus")
@@ -66,6 +71,10 @@ class ShardedBM25Retriever(PostingsSearch):
         self.store, self.settings, self.shard_passages = store, settings, shard_passages
         #: shards searched at once on this many threads (the results do not depend on it)
         self.threads = max(1, int(threads))
+        if pruning not in PRUNING:
+            raise RetrievalError(f"pruning must be one of {PRUNING}, got {pruning!r}")
+        #: "maxscore" (exact dynamic pruning) or "none" (every posting scored): the same results (PostingsSearch)
+        self.pruning = pruning
         root = resolve_cache_dir(cache_dir)
         if root is None:
             raise RetrievalError("a sharded BM25 index lives on disk: cache_dir cannot be None")
@@ -207,49 +216,10 @@ class ShardedBM25Retriever(PostingsSearch):
             self._postings += np.diff(np.asarray(arrays[2], dtype=np.int64))
             self._shards.append((shard["start"], m))
 
-    # -- search (PostingsSearch: analyze, search, batches under the postings budget) ---------------
-    def search_rows(self, term_ids: list[list[int]], k: int) -> list[tuple[np.ndarray, np.ndarray]]:
-        """Per query, (rows, scores) of its k best passages, best first, ties by row."""
-        q = query_matrix(term_ids, self.meta["num_terms"], self._shards[0][1].dtype)
-        found: list[list[tuple[np.ndarray, np.ndarray]]] = [[] for _ in term_ids]
-
-        def one_shard(shard):
-            offset, m = shard
-            scores = q @ m  # scipy's sparse product releases the GIL: shards overlap on threads
-            indptr, indices, data = scores.indptr, scores.indices, scores.data
-            best = []
-            for i in range(len(term_ids)):
-                lo, hi = indptr[i], indptr[i + 1]
-                if hi == lo:
-                    continue
-                docs, vals = indices[lo:hi], data[lo:hi]
-                if hi - lo > k:
-                    docs, vals = _top_k(docs, vals, k)
-                best.append((i, docs.astype(np.int64) + offset, vals))
-            return best
-
-        if self.threads > 1 and len(self._shards) > 1:
-            from concurrent.futures import ThreadPoolExecutor
-
-            with ThreadPoolExecutor(min(self.threads, len(self._shards))) as pool:
-                per_shard = list(pool.map(one_shard, self._shards))
-        else:
-            per_shard = [one_shard(shard) for shard in self._shards]
-        for best in per_shard:  # in shard order, so the merge never depends on the threads
-            for i, docs, vals in best:
-                found[i].append((docs, vals))
-        out = []
-        for parts in found:
-            if not parts:
-                out.append((np.zeros(0, dtype=np.int64), np.zeros(0, dtype=q.dtype)))
-                continue
-            docs = np.concatenate([p[0] for p in parts])
-            vals = np.concatenate([p[1] for p in parts])
-            if len(docs) > k:
-                docs, vals = _top_k(docs, vals, k)
-            order = np.lexsort((docs, -vals))
-            out.append((docs[order], vals[order]))
-        return out
+    # -- search (PostingsSearch: analyze, search, search_rows, batches under the postings budget) ---------
+    def _bounds_file(self) -> Path:
+        # beside the index, not part of its format: an index without it gets it at its first pruned search
+        return self.index_dir / "upper_bounds.npy"
 
     def _search_chunk(self, term_ids: list[list[int]], k: int) -> list[list[ScoredPassage]]:
         return [
