@@ -1,6 +1,7 @@
 """Each method's decisions measured: a run's models on held-out gold prompts of its dev questions.
 
     python scripts/decisions.py RUN [--base] [--iteration 0 [1 ...]] [--limit N] [--dev_questions N] [--json FILE]
+    python scripts/decisions.py --table FILE [FILE ...]
 
 The prompts are the method's (`Method.decision_prompts`) over the run's dev questions (never trained on), rendered
 as each model runs them: KnowTrace's sufficiency judgement, DoG's answer try, TRACE's selector stop (and the gold
@@ -102,9 +103,54 @@ def measure(run_dir: Path, models: list[str], limit: int | None = None, dev_ques
     return out
 
 
+def _cell(d: dict[str, Any]) -> str:
+    if d["mean"] is None:
+        return "n/a"
+    if d["low"] is None:
+        return f"{d['mean']:.2f}"
+    return f"{d['mean']:.2f} [{d['low']:.2f}, {d['high']:.2f}]"
+
+
+def table(files: list[Path]) -> str:
+    """A markdown table of the figures that `--json` wrote (one file per run): per run, kind and model, the
+    greedy choice and, where calibrated, the threshold's; the raw base once per method (its prompts and scores
+    are the same in every seed's run of the same dev questions)."""
+    head = ("| method | kind (first option / gold first, other) | model | decided by | accuracy [95% CI] | "
+            "recall of the first option | recall of the other | balanced accuracy | gold option first among "
+            "the others (rank) |")
+    rows = [head, "|" + "---|" * 9]
+    seen_base: set[tuple[str, str]] = set()
+    for f in files:
+        out = json.loads(Path(f).read_text(encoding="utf-8"))
+        run = Path(out["run"]).name
+        for model, entry in out["models"].items():
+            for kind, d in entry["decisions"].items():
+                key = (out["method"], kind)
+                if model == "base" and key in seen_base:
+                    continue
+                if model == "base":
+                    seen_base.add(key)
+                who = "raw base" if model == "base" else f"{model} ({run})"
+                for how in ("greedy", "calibrated"):
+                    if how not in d:
+                        continue
+                    g = d[how]
+                    choice = d.get("choice")
+                    rank = (f"{_cell(choice['top1'])} ({choice['rank']['mean']:.2f})" if choice and how == "greedy"
+                            and choice["rank"]["mean"] is not None else "")
+                    rows.append(f"| {out['method']} | `{kind}` ({d['positive'].strip()!s} / {d['gold_positive']}, "
+                                f"{d['gold_negative']}) | {who} | "
+                                f"{'greedy' if how == 'greedy' else 'threshold %.2f' % g['threshold']} | "
+                                f"{_cell(g['accuracy'])} | {_cell(g['recall_positive'])} | {_cell(g['recall_negative'])} | "
+                                f"{_cell(g['balanced_accuracy'])} | {rank} |")
+    return "\n".join(rows)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("run", type=Path, help="a self-training run folder")
+    ap.add_argument("run", type=Path, nargs="?", help="a self-training run folder")
+    ap.add_argument("--table", type=Path, nargs="+", default=None, metavar="FILE",
+                    help="instead of measuring, the files --json wrote as one markdown table")
     ap.add_argument("--iteration", nargs="+", default=["0"], help="the models: 0 (M0), z or last (default: 0)")
     ap.add_argument("--base", action="store_true", help="also the raw base, first")
     ap.add_argument("--limit", type=int, default=None, help="the first N dev questions only")
@@ -112,6 +158,11 @@ def main(argv=None) -> int:
                     help="the prompts of this many of the run's shuffled dev questions (default: the run's own)")
     ap.add_argument("--json", type=Path, default=None, help="also write the figures here")
     args = ap.parse_args(argv)
+    if args.table:
+        print(table(args.table))
+        return 0
+    if args.run is None:
+        ap.error("a run folder is required (or --table FILE ...)")
     models = (["base"] if args.base else []) + [z for z in args.iteration if z != "base"]
     try:
         out = measure(args.run, models, args.limit, args.dev_questions)

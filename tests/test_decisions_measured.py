@@ -221,6 +221,13 @@ def test_the_script_measures_the_raw_base_and_m0_of_a_self_ask_run(tmp_path, tin
         assert out["models"][name]["decisions"] == json.loads(json.dumps(want))
         assert set(want) <= {"follow_up_needed", "final_answer"} and want
         assert sum(f["prompts"] for f in want.values()) == len(prompts)
-    # M0 runs its prompts without exemplars (trained without them), the base with them
-    assert any(f"{name} final_answer" in line or f"{name} follow_up_needed" in line for line in printed
-               for name in ("base", "M0"))
+        # M0 runs its prompts without exemplars (trained without them), the base with them
+        assert prompts and all(("Tessa Marrow" in p.prompt) == (name == "base") for p in prompts)
+        assert any(line.startswith(f"{d} {name} final_answer") for line in printed)
+    # the table of the written figures: a row per kind and model (the raw base once), greedy (none calibrated)
+    assert script.main(["--table", str(tmp_path / "d.json"), str(tmp_path / "d.json")]) == 0
+    rows = capsys.readouterr().out.strip().splitlines()[2:]
+    kinds = out["models"]["M0"]["decisions"]
+    assert len(rows) == 3 * len(kinds) and sum("| raw base | greedy |" in r for r in rows) == len(kinds)
+    f = kinds["final_answer"]["greedy"]["accuracy"]
+    assert any("`final_answer`" in r and "M0 (run)" in r and f"| {f['mean']:.2f}" in r for r in rows)
