@@ -118,7 +118,7 @@ def decision_figures(prompts: Sequence[DecisionPrompt], scores: Sequence[OptionS
         positive = ps[0].options[0]
         negatives = sorted({o for p in ps for o in p.options[1:]})
         entry: dict[str, Any] = {
-            "positive": positive, "negative": negatives[0] if len(negatives) == 1 else f"the best of {len(negatives)} others",
+            "positive": positive, "negative": negatives[0] if len(negatives) == 1 else "the best other option",
             "prompts": len(ps), "gold_positive": sum(labels), "gold_negative": len(ps) - sum(labels),
             "questions": len({p.item_id for p in ps}), "greedy": label_figures(labels, odds)}
         t = (thresholds or {}).get(kind)

@@ -148,7 +148,7 @@ def test_the_gold_triple_s_rank_among_the_candidates_and_the_per_kind_figures():
     assert c["best_of_all"]["mean"] == pytest.approx(1 / 3) and c["options"]["mean"] == 3.0
     f = decision_figures(prompts, scores, {"selector_stop": 0.95, "other": 1.0})["selector_stop"]
     assert (f["positive"], f["negative"], f["prompts"], f["gold_positive"], f["gold_negative"]) == (
-        "A", "the best of 3 others", 4, 1, 3)
+        "A", "the best other option", 4, 1, 3)
     # greedy: A said on prompts 2 and 4 (the best option there, log-odds 0.9 and 0.8); at 0.95 on none
     assert f["greedy"]["confusion"] == {"gold_pos_said_pos": 1, "gold_pos_said_neg": 0, "gold_neg_said_pos": 1,
                                         "gold_neg_said_neg": 2}
