@@ -112,13 +112,14 @@ def _cell(d: dict[str, Any]) -> str:
 
 
 def table(files: list[Path]) -> str:
-    """A markdown table of the figures that `--json` wrote (one file per run): per run, kind and model, the
-    greedy choice and, where calibrated, the threshold's; the raw base once per method (its prompts and scores
-    are the same in every seed's run of the same dev questions)."""
-    head = ("| method | kind (first option / gold first, other) | model | decided by | accuracy [95% CI] | "
-            "recall of the first option | recall of the other | balanced accuracy | gold option first among "
-            "the others (rank) |")
-    rows = [head, "|" + "---|" * 9]
+    """A markdown table of the figures that `--json` wrote (one file per run), rows grouped by method and decision
+    kind (the files' order within): per run and model, the greedy choice and, where calibrated, the threshold's;
+    the raw base once per method and kind (its prompts and scores are the same in every seed's run of the same
+    dev questions)."""
+    head = ("| method | kind: first option (prompts gold first / other) | model | decided by | accuracy [95% CI] | "
+            "recall of the first option | recall of the other | balanced accuracy | the gold option first among "
+            "the others (mean rank) |")
+    rows: list[tuple[str, str, str]] = []
     seen_base: set[tuple[str, str]] = set()
     for f in files:
         out = json.loads(Path(f).read_text(encoding="utf-8"))
@@ -131,19 +132,22 @@ def table(files: list[Path]) -> str:
                 if model == "base":
                     seen_base.add(key)
                 who = "raw base" if model == "base" else f"{model} ({run})"
+                choice = d.get("choice")
                 for how in ("greedy", "calibrated"):
                     if how not in d:
                         continue
                     g = d[how]
-                    choice = d.get("choice")
-                    rank = (f"{_cell(choice['top1'])} ({choice['rank']['mean']:.2f})" if choice and how == "greedy"
-                            and choice["rank"]["mean"] is not None else "")
-                    rows.append(f"| {out['method']} | `{kind}` ({d['positive'].strip()!s} / {d['gold_positive']}, "
-                                f"{d['gold_negative']}) | {who} | "
-                                f"{'greedy' if how == 'greedy' else 'threshold %.2f' % g['threshold']} | "
-                                f"{_cell(g['accuracy'])} | {_cell(g['recall_positive'])} | {_cell(g['recall_negative'])} | "
-                                f"{_cell(g['balanced_accuracy'])} | {rank} |")
-    return "\n".join(rows)
+                    rank = (f"{_cell(choice['top1'])} ({choice['rank']['mean']:.2f})"
+                            if choice and choice["rank"]["mean"] is not None else "")
+                    rows.append((out["method"], kind,
+                                 f"| {out['method']} | `{kind}`: {d['positive'].strip()} ({d['gold_positive']} / "
+                                 f"{d['gold_negative']}) | {who} | "
+                                 f"{'greedy' if how == 'greedy' else 'threshold %.2f' % g['threshold']} | "
+                                 f"{_cell(g['accuracy'])} | {_cell(g['recall_positive'])} | "
+                                 f"{_cell(g['recall_negative'])} | {_cell(g['balanced_accuracy'])} | "
+                                 f"{rank if how == 'greedy' else ''} |"))
+    rows.sort(key=lambda r: (r[0], r[1]))  # stable: each group keeps the files' order
+    return "\n".join([head, "|" + "---|" * 9] + [r[2] for r in rows])
 
 
 def main(argv=None) -> int:
