@@ -93,40 +93,52 @@ def decision_weights(records: Sequence[Mapping[str, Any]], decision_weight: floa
 @dataclass(frozen=True)
 class DecisionPrompt:
     """A held-out gold prompt of one decision: the prompt and the fed prefix after which the model states it,
-    under `role`'s adapter; `options` (positive, negative), the words it states it with; `label` True where the
-    gold trajectory states the positive one there."""
+    under `role`'s adapter; `options` the words it states it with, the positive first and then the others
+    (KnowTrace's " Yes", " No"; TRACE's selector "A", the stop, then every candidate triple's letter); `label`
+    True where the gold trajectory states the positive one there. `choice`: where the gold states another
+    option than the positive, which one where that matters (TRACE's gold triple's letter), else None."""
 
     kind: str
     prompt: str
     prefix: str
     role: str
-    options: tuple[str, str]
+    options: tuple[str, ...]
     label: bool
     item_id: str = ""
     #: the question's kind ("bridge", "comparison") where known
     question_kind: str | None = None
+    choice: str | None = None
 
 
 def option_log_odds(scores: OptionScores | Exception, options: Sequence[str]) -> float:
-    """log P(options[0]) - log P(options[1]) of an `OptionScores`; a missing
-    option (a backend reports only its top tokens) counts as -inf; NaN where neither is known or scoring failed."""
+    """log P(options[0]) - the highest log P of the other options, of an `OptionScores` (two options: the
+    log-odds of the first against the second; more: positive exactly where the first is the most likely); a
+    missing option (a backend reports only its top tokens) counts as -inf; NaN where none is known or scoring
+    failed."""
     if not isinstance(scores, OptionScores):
         return math.nan
-    pos, neg = scores.logprobs.get(options[0]), scores.logprobs.get(options[1])
-    if pos is None and neg is None:
+    values = [scores.logprobs.get(o) for o in options]
+    if all(v is None for v in values):
         return math.nan
-    return (-math.inf if pos is None else pos) - (-math.inf if neg is None else neg)
+    pos = -math.inf if values[0] is None else values[0]
+    neg = max((-math.inf if v is None else v) for v in values[1:])
+    return pos - neg
+
+
+def score_prompts(scorer: OptionScorer, prompts: Sequence[DecisionPrompt], batch: int = 32
+                  ) -> list[OptionScores | Exception]:
+    """Each prompt's options scored (`score_each`: one prefill a prompt, no decoding), in batches of `batch`."""
+    out: list[OptionScores | Exception] = []
+    for lo in range(0, len(prompts), batch):
+        part = prompts[lo : lo + batch]
+        requests = [GenerationRequest(prompt=p.prompt, prefix=p.prefix, role=p.role, max_new_tokens=1) for p in part]
+        out += score_each(scorer, requests, [list(p.options) for p in part])
+    return out
 
 
 def score_decisions(scorer: OptionScorer, prompts: Sequence[DecisionPrompt], batch: int = 32) -> list[float]:
     """The log-odds (`option_log_odds`) of each prompt's positive option, in batches of `batch`."""
-    out: list[float] = []
-    for lo in range(0, len(prompts), batch):
-        part = prompts[lo : lo + batch]
-        requests = [GenerationRequest(prompt=p.prompt, prefix=p.prefix, role=p.role, max_new_tokens=1) for p in part]
-        scored = score_each(scorer, requests, [list(p.options) for p in part])
-        out += [option_log_odds(s, p.options) for s, p in zip(scored, part)]
-    return out
+    return [option_log_odds(s, p.options) for s, p in zip(score_prompts(scorer, prompts, batch), prompts)]
 
 
 def choose_threshold(log_odds: Sequence[float], labels: Sequence[bool]) -> dict[str, Any] | None:

@@ -40,7 +40,9 @@ def calibrate(run_dir: Path, iteration: str = "0") -> dict:
     plain = dataclasses.replace(rm.state, thresholds={})
     strategy = dataclasses.replace(rm, state=plain).strategy
     items = select_questions(rm.config, bootstrap=rm.config.bootstrap.mode != "never").calibration
-    prompts = get_method(strategy.name).decision_prompts(strategy, items)
+    method = get_method(strategy.name)
+    kinds = method.threshold_decisions(strategy)
+    prompts = [p for p in method.decision_prompts(strategy, items) if p.kind in kinds]
     if not prompts:
         raise UserError(f"{run_dir}: no decision prompt from {len(items)} calibration questions")
     z = rm.state.name[1:]

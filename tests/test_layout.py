@@ -9,7 +9,7 @@ import pytest
 
 PKG = Path(__file__).resolve().parents[1] / "knowtrace_train"
 SHARED = ("trajectory", "kg", "kg_store", "metrics", "pairing", "io", "config", "errors", "stages", "threads", "data", "retrieval", "generation",
-          "decisions", "progress")
+          "decisions", "decision_figures", "progress")
 LOOPS = ("selftrain", "train", "evaluate", "report", "report_html", "compare", "fair", "arms", "tracking")
 
 

@@ -222,11 +222,22 @@ class Method:
     def with_seed(self, config: StrategyConfig, seed: int) -> StrategyConfig:
         return replace(config, seed=seed)
 
-    def decision_prompts(self, config: StrategyConfig, items: Sequence[QAItem]) -> list[Any]:
+    def decision_prompts(self, config: StrategyConfig, items: Sequence[QAItem], *, retriever: Retriever | None = None,
+                         make_generator: Callable[[], Any] | None = None) -> list[Any]:
         """Held-out gold prompts of the method's decisions over `items` (`decisions.DecisionPrompt`s, as
-        `config` renders them), from which self-training calibrates each trained model's decision thresholds.
-        [] (the default): the method decides by greedy decoding only."""
+        `config` renders them): where its gold trajectories make each decision and which option they take, for
+        measuring a model's decisions (scripts/decisions.py) and calibrating those the engine decides by
+        threshold (`threshold_decisions`). `retriever` (the run's) for a method whose prompts show retrieved
+        passages; `make_generator` (the raw base model) for one whose gold labels are what that model knows
+        (MINTQA-dynamic's certainty); a method that needs one and is given none raises ValueError. [] (the
+        default): no decision the method makes at a fixed point between fixed words."""
         return []
+
+    def threshold_decisions(self, config: StrategyConfig) -> frozenset[str]:
+        """The decision kinds of `decision_prompts` that the engine (with `config`) decides on a threshold of
+        their log-odds (`with_thresholds`), and that self-training therefore calibrates; the others are
+        measured only. frozenset() (the default): none."""
+        return frozenset()
 
     def probe_decisions(self, config: StrategyConfig) -> StrategyConfig | None:
         """`config` scoring every calibrated decision and never taking its positive branch (a rollout that visits

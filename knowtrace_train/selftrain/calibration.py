@@ -35,12 +35,15 @@ class Calibration:
             return state
         plain = dataclasses.replace(state, thresholds={})
         strategy = self.strategy_config(plain, seed)
+        kinds = self.method.threshold_decisions(strategy)
+        if not kinds:  # the method's other decisions are measured (scripts/decisions.py), not decided by threshold
+            return state
         if self.config.calibration.source == "explorations":
             probe = self.method.probe_decisions(strategy)
             if probe is not None:
                 self.stages.run(folder, "calibrate", lambda: self._calibrate_on_explorations(folder, plain, probe, items))
                 return dataclasses.replace(state, thresholds=read_thresholds(folder) or {})
-        prompts = self.method.decision_prompts(strategy, items)
+        prompts = [p for p in self.method.decision_prompts(strategy, items) if p.kind in kinds]
         if not prompts:
             return state
         self.stages.run(folder, "calibrate", lambda: self._calibrate(folder, plain, prompts, len(items)))
@@ -66,7 +69,8 @@ class Calibration:
             close = getattr(generator, "close", None)
             if callable(close):
                 close()
-            prompts = self.method.decision_prompts(probe, items)
+            kinds = self.method.threshold_decisions(probe)
+            prompts = [p for p in self.method.decision_prompts(probe, items) if p.kind in kinds]
             return self._calibrate(folder, state, prompts, len(items)) if prompts else {}
         trajs = run_rollouts(items, folder / CALIBRATION_ROLLOUTS, probe, lambda: generator, self.retriever,
                              chunk_size=self.config.chunk_size, procs=self.procs, iteration=None,

@@ -37,15 +37,17 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from knowtrace_train.data.schema import Passage, QAItem
+from knowtrace_train.decisions import DecisionPrompt
 from knowtrace_train.methods.baselines.common import ANSWER_MARK, clean_answer
 from knowtrace_train.methods.baselines.config import IRCOT, ITER_RETGEN, RA_COT, REACT, REASON, SELF_ASK, BaselineConfig
 from knowtrace_train.methods.baselines.runner import Live, Runner, Step
-from knowtrace_train.methods.baselines.self_ask import FINAL
+from knowtrace_train.methods.baselines.self_ask import FINAL, NEEDED
 from knowtrace_train.methods.base import get_method
 from knowtrace_train.methods.gold_chain import NO_CHAIN, NO_CHAIN_ENTITY, UNSUPPORTED_HOP, Hop, checked_chain
 from knowtrace_train.methods.gold_chain import hop_sentence, supported
 from knowtrace_train.methods.gold_records import TOO_MANY_HOPS, UNREADABLE_STEP, GoldRecords, GoldTally, gold_call
 from knowtrace_train.methods.gold_records import GoldTrajectories, gold_records, read_back, words
+from knowtrace_train.metrics import question_kind
 from knowtrace_train.retrieval.base import Retriever
 from knowtrace_train.trajectory import ModelCall, Trajectory
 
@@ -248,3 +250,39 @@ def baseline_gold_records(name: str, config: BaselineConfig, items: Iterable[QAI
     methods/gold_records.py's `gold_records`, `record_kinds` among them)."""
     run = functools.partial(baseline_gold_trajectories, name, config, retriever=retriever)
     return gold_records(name, run, items, **keywords)
+
+
+# -- Self-Ask's decisions as held-out gold prompts ---------------------------------------------------------
+
+#: Self-Ask's two decisions: whether follow-up questions are needed (" Yes" / " No" after "Are follow up questions
+#: needed here:"), and after an intermediate answer whether the final answer comes now ("So the final answer is:")
+#: or another follow-up ("Follow up:")
+FOLLOW_UP_NEEDED, FINAL_ANSWER = "follow_up_needed", "final_answer"
+
+
+def self_ask_prompts(config: BaselineConfig, items: Iterable[QAItem], retriever: Retriever) -> list[DecisionPrompt]:
+    """Self-Ask's held-out gold prompts (`decisions.DecisionPrompt`) from the items' gold trajectories (its own
+    loop, prompts and transcripts with `config`'s exemplars, the passages `retriever` returns; `require_support`
+    off): the first call's "Are follow up questions needed here:" (kind `follow_up_needed`, " Yes" against
+    " No"; the gold says Yes, every chain having a hop), and every later call's line after the gold intermediate
+    answer (kind `final_answer`, "So" of "So the final answer is:" against "Follow" of "Follow up:", the first
+    word of the line; the gold says So after the last hop's answer), each fed the transcript so far as its prefix."""
+    items = list(items)
+    trajs, _ = baseline_gold_trajectories(SELF_ASK, config, items, retriever, require_support=False,
+                                          fewshot=config.fewshot)
+    kinds = {it.id: question_kind(it) for it in items}
+    out = []
+    for traj in trajs:
+        for c in traj.calls:
+            if c.role != REASON or not c.output.startswith(c.prefix):
+                continue
+            written = c.output[len(c.prefix):]
+            if c.prefix.endswith(NEEDED):
+                out.append(DecisionPrompt(FOLLOW_UP_NEEDED, c.prompt, c.prefix, config.role, (" Yes", " No"),
+                                          written.startswith(" Yes"), traj.question_id, kinds.get(traj.question_id)))
+            elif "\n" in written:
+                cut = written.index("\n") + 1
+                out.append(DecisionPrompt(FINAL_ANSWER, c.prompt, c.prefix + written[:cut], config.role,
+                                          ("So", "Follow"), written[cut:].startswith(FINAL), traj.question_id,
+                                          kinds.get(traj.question_id)))
+    return out

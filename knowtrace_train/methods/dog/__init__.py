@@ -51,12 +51,16 @@ class DoGMethod(Method):
                                 fewshot=fewshot, require_support=require_support, count_tokens=count_tokens,
                                 iteration=iteration)
 
-    def decision_prompts(self, config: DoGConfig, items) -> list:
+    def decision_prompts(self, config: DoGConfig, items, *, retriever=None, make_generator=None) -> list:
         """The answer try's held-out gold prompts: every answer try of the items' gold walks (gold.py), Yes at
         the gold chain's last hop, No at the hops before it, as `config` renders them (its exemplars, its graph)."""
         from knowtrace_train.methods.dog.gold import answer_try_prompts
 
         return [] if config.max_hops == 0 else answer_try_prompts(config, items)
+
+    def threshold_decisions(self, config: DoGConfig) -> frozenset[str]:
+        """The answer try (none with `max_hops: 0`, which walks nothing)."""
+        return frozenset() if config.max_hops == 0 else frozenset({ANSWER_TRY})
 
     def with_thresholds(self, config: DoGConfig, thresholds) -> DoGConfig:
         t = thresholds.get(ANSWER_TRY)

@@ -128,7 +128,8 @@ class KnowTraceMethod(Method):
         return {"rounds_per_question": MechanismStat(rounds, n, note),
                 "evidence_supported_em": MechanismStat(supported, n, note)}
 
-    def decision_prompts(self, config: KnowTraceConfig, items: Sequence[QAItem]) -> list:
+    def decision_prompts(self, config: KnowTraceConfig, items: Sequence[QAItem], *, retriever=None,
+                         make_generator=None) -> list:
         """The sufficiency judgement's held-out gold prompts: per item with a gold chain of n hops, the n + 1
         exploration prompts of its gold trajectory (No while a hop is missing, Yes once the chain is in the
         graph), as `config` renders them (its exemplars, its graph format)."""
@@ -138,6 +139,12 @@ class KnowTraceMethod(Method):
             return []
         prompts, _ = gold_judgement_prompts(items, fewshot=config.fewshot.explore, kg_format=config.kg_format)
         return [as_decision_prompt(p, config.roles.explore) for p in prompts]
+
+    def threshold_decisions(self, config: KnowTraceConfig) -> frozenset[str]:
+        """The sufficiency judgement, where the engine feeds the judgement words (and so can score what follows)."""
+        from knowtrace_train.methods.knowtrace.outputs import SUFFICIENCY
+
+        return frozenset({SUFFICIENCY}) if config.prefill_judgement else frozenset()
 
     def probe_decisions(self, config: KnowTraceConfig) -> KnowTraceConfig | None:
         """Every judgement scored, none Yes (a threshold no log-odds reach): each question explores until it stops

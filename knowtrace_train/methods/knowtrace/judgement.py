@@ -10,7 +10,6 @@ the decision at a threshold (0: greedy): the accuracy, each label's recall and t
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
@@ -19,7 +18,7 @@ from knowtrace_train.data.schema import QAItem
 from knowtrace_train.methods.gold_chain import checked_chain
 from knowtrace_train.methods.knowtrace.config import EXPLORE
 from knowtrace_train.methods.knowtrace.outputs import JUDGEMENT, SUFFICIENCY
-from knowtrace_train.metrics import bootstrap_interval, normalize_answer, question_kind
+from knowtrace_train.metrics import normalize_answer, question_kind
 from knowtrace_train.trajectory import ModelCall, Trajectory
 
 YES, NO = "Yes", "No"
@@ -62,7 +61,7 @@ def score_judgements(scorer, prompts: Sequence[JudgementPrompt], role: str, pref
     """log P(" Yes") - log P(" No") of each prompt after the judgement words (fed as the engine feeds them
     where `prefill_judgement`, else after the prompt with the words as the prefix all the same: the decision is
     the token after them), through `scorer.score_options` under `role`'s adapter (`decisions.score_decisions`;
-    NaN where unscored). `p_yes` turns them into P(Yes) of the two."""
+    NaN where unscored)."""
     from knowtrace_train.decisions import score_decisions
 
     return score_decisions(scorer, [as_decision_prompt(p, role) for p in prompts], batch)
@@ -77,44 +76,26 @@ def as_decision_prompt(p: JudgementPrompt, role: str):
                           p.kind)
 
 
-def p_yes(log_odds: float) -> float:
-    """P(Yes) / (P(Yes) + P(No)) of a log-odds (NaN stays NaN)."""
-    if math.isnan(log_odds):
-        return log_odds
-    return 1.0 / (1.0 + math.exp(-max(-700.0, min(700.0, log_odds))))
-
-
-def _iv(values: Sequence[float]) -> dict[str, Any]:
-    if not values:
-        return {"mean": None, "low": None, "high": None, "n": 0}
-    iv = bootstrap_interval(values)
-    return {"mean": iv.mean, "low": iv.low, "high": iv.high, "n": iv.n}
-
-
 def judgement_figures(prompts: Sequence[JudgementPrompt], log_odds: Sequence[float],
                       threshold: float | None = None) -> dict[str, Any]:
     """The judgement (Yes where the log-odds exceed `threshold`; None: 0, the greedy choice of the two) against the
-    gold labels: accuracy, the recall of
-    each label (Yes said where the gold says Yes; No where No), the balanced accuracy, the confusion counts and
-    the mean P(Yes) per label, each mean with its 95% bootstrap interval over the prompts; and the same for the
-    bridge questions alone."""
+    gold labels (`decision_figures.label_figures`, its keys named for Yes and No): accuracy, the recall of each
+    label (Yes said where the gold says Yes; No where No), the balanced accuracy, the confusion counts and the
+    mean P(Yes) per label, each mean with its 95% bootstrap interval over the prompts; and the same for the bridge
+    questions alone."""
+    from knowtrace_train.decision_figures import label_figures
 
     def figures(pairs: list[tuple[JudgementPrompt, float]]) -> dict[str, Any]:
-        t = 0.0 if threshold is None else threshold
-        said = [(p.label, YES if d > t else NO, p_yes(d)) for p, d in pairs if not math.isnan(d)]
-        right = [float(g == s) for g, s, _ in said]
-        yes = [float(s == YES) for g, s, _ in said if g == YES]
-        no = [float(s == NO) for g, s, _ in said if g == NO]
-        rec_yes, rec_no = _iv(yes), _iv(no)
-        balanced = (None if rec_yes["mean"] is None or rec_no["mean"] is None
-                    else (rec_yes["mean"] + rec_no["mean"]) / 2)
+        f = label_figures([p.label == YES for p, _ in pairs], [d for _, d in pairs], threshold)
+        word = {"pos": YES, "neg": NO}
         return {
-            "prompts": len(pairs), "unscored": len(pairs) - len(said),
-            "accuracy": _iv(right), "recall_yes": rec_yes, "recall_no": rec_no, "balanced_accuracy": balanced,
-            "confusion": {f"gold_{g}_said_{s}": sum(1 for a, b, _ in said if (a, b) == (g, s))
-                          for g in (YES, NO) for s in (YES, NO)},
-            "p_yes_when_gold_yes": _iv([q for g, _, q in said if g == YES]),
-            "p_yes_when_gold_no": _iv([q for g, _, q in said if g == NO]),
+            "prompts": f["prompts"], "unscored": f["unscored"], "accuracy": f["accuracy"],
+            "recall_yes": f["recall_positive"], "recall_no": f["recall_negative"],
+            "balanced_accuracy": f["balanced_accuracy"]["mean"], "balanced_accuracy_interval": f["balanced_accuracy"],
+            "confusion": {f"gold_{word[g]}_said_{word[s]}": f["confusion"][f"gold_{g}_said_{s}"]
+                          for g in ("pos", "neg") for s in ("pos", "neg")},
+            "p_yes_when_gold_yes": f["p_positive_when_gold_positive"],
+            "p_yes_when_gold_no": f["p_positive_when_gold_negative"],
         }
 
     pairs = list(zip(prompts, log_odds))

@@ -99,6 +99,21 @@ class MintQADecomposingMethod(MintQAMethod):
                                    iteration=iteration, make_generator=make_generator)
 
 
+    def decision_prompts(self, config: MintQADecomposeConfig, items, *, retriever=None, make_generator=None) -> list:
+        """Of the dynamic strategy, the certainty rating on held-out gold prompts: per gold hop the raw model's own
+        answer, certain where it is right (gold.py, `certainty_prompts`; `make_generator` builds the raw base, and
+        is required). The rating is decoded with the answer, so nothing is decided by threshold. The decomposing
+        strategy decides nothing between fixed words: []."""
+        if self.name != DYNAMIC:
+            return []
+        if make_generator is None:
+            raise ValueError(f"{self.name}'s certainty prompts need the raw base model (make_generator): their labels "
+                             "are whether it answers each hop right")
+        from knowtrace_train.methods.mintqa.gold import certainty_prompts
+
+        return certainty_prompts(config, items, make_generator)
+
+
 def mintqa_methods() -> list[MintQAMethod]:
     """The four registry entries, in MINTQA's order (the decomposing two with gold trajectories)."""
     return [MintQADecomposingMethod(name) if name in (DECOMPOSE, DYNAMIC) else MintQAMethod(name) for name in MODES]

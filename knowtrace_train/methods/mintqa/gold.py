@@ -48,7 +48,7 @@ from collections import Counter, defaultdict
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from knowtrace_train.data.schema import Passage, QAItem
-from knowtrace_train.decisions import decision_counts, mark_decision
+from knowtrace_train.decisions import DecisionPrompt, decision_counts, mark_decision
 from knowtrace_train.generation.base import BASE_ROLE, Completion, GenerationRequest, Generator, generate_each
 from knowtrace_train.methods.gold_chain import NO_CHAIN, NO_CHAIN_ENTITY, UNSUPPORTED_HOP, Hop, checked_chain
 from knowtrace_train.methods.gold_chain import supported
@@ -66,7 +66,7 @@ from knowtrace_train.methods.mintqa.config import (
 from knowtrace_train.methods.mintqa.engine import MintQA, _Job, _State
 import knowtrace_train.methods.mintqa.prompts as prompts
 from knowtrace_train.methods.mintqa.parsing import parse_selfanswer, parse_step
-from knowtrace_train.metrics import exact_match, normalize_answer
+from knowtrace_train.metrics import exact_match, normalize_answer, question_kind
 from knowtrace_train.retrieval.base import Retriever
 from knowtrace_train.trajectory import ModelCall, Trajectory
 
@@ -287,6 +287,38 @@ def mintqa_gold_trajectories(config: MintQADecomposeConfig, items: Iterable[QAIt
                 traj.meta["certainty"] = measured[it.id]
             tally.add(traj, it, reason)
     return tally.result()
+
+
+def certainty_prompts(config: MintQADynamicConfig, items: Iterable[QAItem], make_generator: Callable[[], Generator], *,
+                      batch_size: int = 256) -> list[DecisionPrompt]:
+    """The certainty rating's held-out gold prompts (`decisions.DecisionPrompt`, kind `certainty`): per hop of the
+    items' gold chains (at most `max_steps` hops), the self-answer prompt of its sub-question as `config` renders
+    it, the raw model's own answer fed after it (`measure_certainty`, with the exemplars: the raw base's setting,
+    as the bootstrap measures it; " unknown" where none was read) and "\nConfidence:"; labelled certain where
+    that answer is the hop's answer (as the gold labels it), uncertain otherwise. The options are the words the
+    model rates with, " certain" against " uncertain"."""
+    chains = []
+    for it in items:
+        chain = checked_chain(it, need=("question", "object"))
+        if not isinstance(chain, str) and len(chain) <= config.max_steps:
+            chains.append((it, chain))
+    if not chains:
+        return []
+    generator = make_generator()
+    try:
+        measured = measure_certainty(dataclasses.replace(config, fewshot=True), chains, generator, batch_size=batch_size)
+    finally:
+        close = getattr(generator, "close", None)
+        if callable(close):
+            close()
+    out = []
+    for it, _ in chains:
+        for e in measured.get(it.id, ()):
+            said = one_line(e["answer"]) if e["answer"] else UNKNOWN
+            out.append(DecisionPrompt(CERTAINTY, prompts.selfanswer_prompt(e["question"], config.fewshot),
+                                      f" {said}{_CONFIDENCE_LINE}", SELFANSWER, (f" {CERTAIN}", f" {UNCERTAIN}"),
+                                      e["outcome"] == RIGHT, it.id, question_kind(it)))
+    return out
 
 
 def mintqa_gold_records(config: MintQADecomposeConfig, items: Iterable[QAItem], retriever: Retriever, *,

@@ -67,6 +67,19 @@ class TraceMethod(Method):
                                   fewshot=fewshot, require_support=require_support, count_tokens=count_tokens,
                                   iteration=iteration)
 
+    def decision_prompts(self, config: TraceConfig, items, *, retriever=None, make_generator=None) -> list:
+        """The selector's stop on held-out gold prompts: every selector step of the items' gold trajectories,
+        "A" (stop) where the gold chain is complete, the gold triple's letter before (gold.py,
+        `selector_prompts`); the engine picks the best-scored letter, so nothing is decided by threshold.
+        The documents are the items' contexts, else `retriever`'s (required then)."""
+        from knowtrace_train.methods.trace.gold import selector_prompts
+
+        if not config.uses_chains:
+            return []
+        if retriever is None:
+            raise ValueError("TRACE's decision prompts need the run's retriever (its documents)")
+        return selector_prompts(config, items, retriever)
+
     def explain(self, traj, config: TraceConfig) -> dict:
         """The reasoning chains as the evidence subgraph (explain.py)."""
         from knowtrace_train.methods.trace.explain import explain_chains

@@ -58,6 +58,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from knowtrace_train.data.schema import Passage, QAItem
+from knowtrace_train.decisions import DecisionPrompt
 from knowtrace_train.generation.base import Completion, GenerationRequest, OptionScores
 from knowtrace_train.kg import Triplet
 from knowtrace_train.methods.gold_chain import NO_CHAIN, NO_CHAIN_ENTITY, UNSUPPORTED_HOP, Hop, checked_chain
@@ -75,10 +76,11 @@ from knowtrace_train.methods.trace.prompts import (
     render_document,
     render_reader_prompt,
     render_select_prompt,
+    option_letters,
     render_triple,
 )
 from knowtrace_train.methods.trace.ranker import Encoder, TripleRanker, chain_query, top_candidates
-from knowtrace_train.metrics import exact_match, normalize_answer
+from knowtrace_train.metrics import exact_match, normalize_answer, question_kind
 from knowtrace_train.retrieval.base import Retriever
 from knowtrace_train.trajectory import Trajectory
 
@@ -399,7 +401,8 @@ def _add_records(kept: Sequence[tuple[Trajectory, GoldItem]], config: TraceConfi
                 exclude = [i for i, t in enumerate(triples) if t.key() in chain]
                 candidates = [triples[i] for i in top_candidates(embeddings @ row, exclude, config.candidates)]
             added.append({"role": SELECT, "prompt": render_select_prompt(g.item.question, g.triples, candidates),
-                          "completion": f" {STOP_LETTER}", "reason": STOP_EXHAUSTED if ended == EXHAUSTED else STOP_AT_LENGTH})
+                          "completion": f" {STOP_LETTER}", "reason": STOP_EXHAUSTED if ended == EXHAUSTED else STOP_AT_LENGTH,
+                          "options": option_letters(len(candidates))})
         reader = next((c for c in reversed(traj.calls) if c.role == ANSWER), None)
         if reader is not None and reader.output.strip():
             added.append({"role": ANSWER, "prompt": render_reader_prompt(g.item.question, None),
@@ -435,6 +438,40 @@ def trace_gold_records(config: TraceConfig, items: Iterable[QAItem], retriever: 
     return res
 
 
-__all__ = ["ADDED_REASONS", "GOLD_ID_SUFFIX", "GoldItem", "GoldModel", "NOT_IN_CANDIDATES", "SKIP_REASONS",
+#: the selector's decision to end the chain (option A), as `selector_prompts` labels it
+SELECTOR_STOP = "selector_stop"
+
+
+def selector_prompts(config: TraceConfig, items: Iterable[QAItem], retriever: Retriever, *,
+                     encoder: Encoder | None = None) -> list[DecisionPrompt]:
+    """The selector's held-out gold prompts (`decisions.DecisionPrompt`, kind `selector_stop`): every selector
+    step of the items' gold trajectories (`trace_gold_trajectories`, `require_support` off: a hop no document
+    states is written into one, as `gold_records` does without support) and the stop steps added after a chain
+    that ended without one (`stop_exhausted` / `stop_at_length`). The options are the step's letters, "A"
+    (stop) first; the label is True where the gold letter is "A" (the gold chain is complete), and elsewhere
+    `choice` is the gold triple's letter (its rank among the candidates is the second figure). A step whose
+    only option is "A" decides nothing and is left out. None without chains (the `all_docs` and `no_docs`
+    readers build none)."""
+    if not config.uses_chains:
+        return []
+    items = list(items)
+    trajs, _ = trace_gold_trajectories(config, items, retriever, fewshot=True, require_support=False, encoder=encoder)
+    kinds = {it.id: question_kind(it) for it in items}
+    out = []
+    for traj in trajs:
+        steps = [(c.prompt, list((c.parsed or {}).get("options") or []), _gold_letter(c))
+                 for c in traj.calls if c.role == SELECT]
+        steps += [(a["prompt"], list(a["options"]), STOP_LETTER) for a in traj.meta.get("gold_added", [])
+                  if a["role"] == SELECT]
+        for prompt, options, letter in steps:
+            if len(options) < 2 or letter is None or options[0] != STOP_LETTER:
+                continue
+            out.append(DecisionPrompt(SELECTOR_STOP, prompt, "", config.roles.select, tuple(options),
+                                      letter == STOP_LETTER, traj.question_id, kinds.get(traj.question_id),
+                                      None if letter == STOP_LETTER else letter))
+    return out
+
+
+__all__ = ["ADDED_REASONS", "SELECTOR_STOP", "selector_prompts", "GOLD_ID_SUFFIX", "GoldItem", "GoldModel", "NOT_IN_CANDIDATES", "SKIP_REASONS",
            "TOO_MANY_HOPS", "UNREADABLE_STEP", "document_triples", "gold_config", "kg_output",
            "kg_prompt_key", "reads_back", "trace_gold_records", "trace_gold_trajectories"]
