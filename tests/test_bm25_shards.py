@@ -126,7 +126,7 @@ def distractor_store(tmp_path_factory):
 @pytest.mark.parametrize("corpus", ["world", "distractors"])
 @pytest.mark.parametrize("shard_passages", [500, 100_000])
 def test_maxscore_ranks_and_scores_as_the_exhaustive_search(tmp_path, corpus, shard_passages, distractor_store, monkeypatch):
-    from knowtrace_train.retrieval import bm25
+    from knowtrace_train.retrieval import postings as bm25
 
     # small corpora: block maxima for terms of 16 postings on, blocks of 16 passages, 8 passages scored first
     monkeypatch.setattr(bm25, "_BLOCK_TERM", 16)
@@ -157,7 +157,7 @@ def test_maxscore_ranks_and_scores_as_the_exhaustive_search(tmp_path, corpus, sh
 
 
 def test_maxscore_in_the_one_piece_index(tmp_path, monkeypatch):
-    from knowtrace_train.retrieval import bm25
+    from knowtrace_train.retrieval import postings as bm25
 
     monkeypatch.setattr(bm25, "_BLOCK_TERM", 16)
     monkeypatch.setattr(bm25, "_BLOCK_BITS", 4)

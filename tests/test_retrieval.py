@@ -17,7 +17,7 @@ from knowtrace_train.retrieval import (
     pair_to_query,
     passage_text,
 )
-from knowtrace_train.retrieval import bm25 as bm25_mod
+from knowtrace_train.retrieval import postings as postings_mod
 from knowtrace_train.retrieval.bm25 import BM25Retriever, BM25Settings
 
 
@@ -143,7 +143,7 @@ def test_one_batch_equals_one_query_at_a_time_and_chunking_changes_nothing(tmp_p
     queries = [" ".join(rng.choices([f"w{i}" for i in range(300)], k=3)) for _ in range(40)]
     batched = r.search(queries, 5)
     assert batched == [r.search([q], 5)[0] for q in queries]
-    monkeypatch.setattr(bm25_mod, "POSTINGS_PER_CHUNK", 50)
+    monkeypatch.setattr(postings_mod, "POSTINGS_PER_CHUNK", 50)
     assert len(list(r._chunks(r.analyze(queries)))) > 5
     assert r.search(queries, 5) == batched
 

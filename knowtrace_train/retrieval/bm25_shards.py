@@ -32,7 +32,8 @@ import numpy as np
 from knowtrace_train.data.schema import Passage
 from knowtrace_train.io import DiskFullError
 from knowtrace_train.retrieval.base import RetrievalError, ScoredPassage, passage_text
-from knowtrace_train.retrieval.bm25 import DEFAULT_PRUNING, PRUNING, BM25Settings, PostingsSearch, _bm25s, make_analyzer
+from knowtrace_train.retrieval.bm25 import BM25Settings, _bm25s, make_analyzer
+from knowtrace_train.retrieval.postings import DEFAULT_PRUNING, PRUNING, PostingsSearch
 from knowtrace_train.retrieval.cache import build_once, cache_key, resolve_cache_dir
 
 log = logging.getLogger(__name__)
