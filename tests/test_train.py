@@ -588,6 +588,10 @@ Path(result_dir, f"rank{rank}.json").write_text(json.dumps(
     {"backend": dist.get_backend(), "world": dist.get_world_size(), "steps": r.steps, "tokens": r.tokens,
      "effective": r.effective_batch_size, "accumulation": r.gradient_accumulation_steps,
      "computed": r.computed_tokens, "weights": weights[0]}))
+# both ranks leave together: a rank that exits while the other's gloo threads still run aborts at teardown
+# ("terminate called without an active exception", seen once under a loaded full suite)
+dist.barrier()
+dist.destroy_process_group()
 """
 
 
