@@ -138,30 +138,16 @@ def build_retriever(config: RetrieverConfig, passages: Sequence[Passage]) -> Ret
             return ShardedBM25Retriever(passages, settings, cache_dir=config.cache_dir, show_progress=config.show_progress)
         return BM25Retriever(passages, settings, cache_dir=config.cache_dir, show_progress=config.show_progress)
     if config.backend == "dense":
+        common = dict(encoder=config.encoder, cache_dir=config.cache_dir, batch_size=config.batch_size,
+                      device=config.device, show_progress=config.show_progress)
         if isinstance(passages, PassageStore):  # embeddings in memory-mapped shards, the corpus streamed
             from knowtrace_train.retrieval.dense_shards import ShardedDenseRetriever
 
-            return ShardedDenseRetriever(
-                passages,
-                encoder=config.encoder,
-                cache_dir=config.cache_dir,
-                batch_size=config.batch_size,
-                device=config.device,
-                show_progress=config.show_progress,
-                dtype=config.dense_dtype,
-                index=config.dense_index,
-                nprobe=config.nprobe,
-            )
+            return ShardedDenseRetriever(passages, **common, dtype=config.dense_dtype, index=config.dense_index,
+                                         nprobe=config.nprobe)
         from knowtrace_train.retrieval.dense import DenseRetriever
 
-        return DenseRetriever(
-            passages,
-            encoder=config.encoder,
-            cache_dir=config.cache_dir,
-            batch_size=config.batch_size,
-            device=config.device,
-            show_progress=config.show_progress,
-        )
+        return DenseRetriever(passages, **common)
     from knowtrace_train.retrieval.elastic import ElasticRetriever
 
     return ElasticRetriever(

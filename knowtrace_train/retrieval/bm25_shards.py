@@ -34,7 +34,7 @@ from knowtrace_train.io import DiskFullError
 from knowtrace_train.retrieval.base import RetrievalError, ScoredPassage, passage_text
 from knowtrace_train.retrieval.bm25 import BM25Settings, _bm25s, make_analyzer
 from knowtrace_train.retrieval.postings import DEFAULT_PRUNING, PRUNING, PostingsSearch
-from knowtrace_train.retrieval.cache import build_once, cache_key, resolve_cache_dir
+from knowtrace_train.retrieval.cache import build_once, cache_key, drop_other_format, resolve_cache_dir
 
 log = logging.getLogger(__name__)
 
@@ -81,15 +81,7 @@ class ShardedBM25Retriever(PostingsSearch):
             raise RetrievalError("a sharded BM25 index lives on disk: cache_dir cannot be None")
         key = cache_key(fingerprint, {"format": "sharded", "shard_passages": shard_passages, **settings.to_dict()})
         folder = root / "bm25-shards" / key
-        meta_path = folder / "knowtrace_bm25_shards.json"
-        if (folder / "DONE").exists():
-            try:
-                fmt = json.loads(meta_path.read_text()).get("format")
-            except (OSError, ValueError):
-                fmt = None
-            if fmt != SHARDED_FORMAT:
-                log.warning("the sharded BM25 index in %s is format %s, not %s: rebuilding it", folder, fmt, SHARDED_FORMAT)
-                shutil.rmtree(folder)
+        drop_other_format(folder, "knowtrace_bm25_shards.json", SHARDED_FORMAT, "sharded BM25 index")
         try:
             self.index_dir = build_once(folder, self._build_into)
         except (OSError, DiskFullError) as e:

@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
+import shutil
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from knowtrace_train.data.schema import Passage
 from knowtrace_train.io import atomic_dir, cache_home
+
+log = logging.getLogger(__name__)
+
 
 def resolve_cache_dir(cache_dir: str | os.PathLike | None) -> Path | None:
     """The cache folder to use: `None` turns caching off; "" means the default, the retrieval/ folder
@@ -58,3 +63,17 @@ def build_once(target: Path, build: Callable[[Path], None], what: str = "a retri
         build(tmp)
         (tmp / "DONE").write_text("ok\n")
     return target
+
+
+def drop_other_format(folder: Path, meta_name: str, version: int, what: str) -> None:
+    """Remove the finished index in `folder` where its `meta_name` JSON names another format than `version` (or
+    cannot be read), with a warning, so that it is rebuilt."""
+    if not (folder / "DONE").exists():
+        return
+    try:
+        fmt = json.loads((folder / meta_name).read_text()).get("format")
+    except (OSError, ValueError):
+        fmt = None
+    if fmt != version:
+        log.warning("the %s in %s is format %s, not %s: rebuilding it", what, folder, fmt, version)
+        shutil.rmtree(folder)

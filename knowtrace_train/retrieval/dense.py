@@ -84,16 +84,8 @@ class DenseRetriever:
         self.index.add(np.ascontiguousarray(embeddings, dtype=np.float32))
 
     def _encode(self, texts: list[str], kind: str) -> np.ndarray:
-        # sentence-transformers >= 5 applies a model's own query/document prompts (e5, bge)
-        fn = getattr(self.model, f"encode_{kind}", self.model.encode)
-        emb = fn(
-            texts,
-            batch_size=self.batch_size,
-            convert_to_numpy=True,
-            normalize_embeddings=self.normalize,
-            show_progress_bar=self.show_progress and len(texts) > self.batch_size,
-        )
-        return np.asarray(emb, dtype=np.float32)
+        return encode(self.model, texts, kind, self.batch_size, self.normalize,
+                      self.show_progress and len(texts) > self.batch_size)
 
     def _encode_passages(self) -> np.ndarray:
         log.info("encoding %d passages with %s", len(self.passages), self.encoder_name)
@@ -114,6 +106,15 @@ class DenseRetriever:
             [ScoredPassage(self.passages[i], float(s)) for s, i in zip(row_s, row_i) if i >= 0]
             for row_s, row_i in zip(scores, ids)
         ]
+
+
+def encode(model, texts: list[str], kind: str, batch_size: int, normalize: bool, show_progress: bool) -> np.ndarray:
+    """`texts` embedded as `kind` ("query" or "document") in float32; sentence-transformers >= 5 applies a model's
+    own query/document prompts (e5, bge)."""
+    fn = getattr(model, f"encode_{kind}", model.encode)
+    emb = fn(texts, batch_size=batch_size, convert_to_numpy=True, normalize_embeddings=normalize,
+             show_progress_bar=show_progress)
+    return np.asarray(emb, dtype=np.float32)
 
 
 def dense_modules():

@@ -20,17 +20,16 @@ from __future__ import annotations
 import json
 import logging
 import math
-import shutil
 from pathlib import Path
 from typing import Iterator, Sequence
 
 import numpy as np
 
 from knowtrace_train.data.schema import Passage
-from knowtrace_train.io import DiskFullError, free_bytes, model_identity
+from knowtrace_train.io import FULL_ERRNOS, DiskFullError, free_bytes, model_identity
 from knowtrace_train.retrieval.base import RetrievalError, ScoredPassage, check_search_args, passage_text
-from knowtrace_train.retrieval.cache import build_once, cache_key, resolve_cache_dir
-from knowtrace_train.retrieval.dense import _load_encoder, default_encoder_path, dense_modules
+from knowtrace_train.retrieval.cache import build_once, cache_key, drop_other_format, resolve_cache_dir
+from knowtrace_train.retrieval.dense import _load_encoder, default_encoder_path, dense_modules, encode
 
 log = logging.getLogger(__name__)
 
@@ -113,7 +112,7 @@ class ShardedDenseRetriever:
         }
         key = cache_key(fingerprint, settings)
         folder = root / "dense-shards" / key
-        _drop_other_format(folder, _META, DENSE_SHARDS_FORMAT, "sharded dense index")
+        drop_other_format(folder, _META, DENSE_SHARDS_FORMAT, "sharded dense index")
         self.index_dir = self._build(folder, self._build_into, "the dense index's embedding shards")
         self._load(self.index_dir)
         self.ivf = None
@@ -125,7 +124,7 @@ class ShardedDenseRetriever:
             if dim % self.pq_m:
                 raise RetrievalError(f"pq_m must divide the embedding size {dim}, got {self.pq_m}")
             ivf_dir = root / "dense-shards" / f"{key}.ivfpq-{self.nlist}x{self.pq_m}"
-            _drop_other_format(ivf_dir, _IVF_META, DENSE_SHARDS_FORMAT, "IVF-PQ index")
+            drop_other_format(ivf_dir, _IVF_META, DENSE_SHARDS_FORMAT, "IVF-PQ index")
             self.ivf_dir = self._build(ivf_dir, self._build_ivfpq_into, "the dense IVF-PQ index")
             faiss = dense_modules()[1]
             self.ivf = faiss.read_index(str(self.ivf_dir / "ivfpq.faiss"))
@@ -136,7 +135,7 @@ class ShardedDenseRetriever:
         try:
             return build_once(folder, build, what)
         except (OSError, DiskFullError) as e:
-            if isinstance(e, OSError) and not _is_enospc(e):
+            if isinstance(e, OSError) and e.errno not in FULL_ERRNOS:
                 raise
             need = self.bytes_needed()
             free = free_bytes(folder.parent)
@@ -157,15 +156,7 @@ class ShardedDenseRetriever:
         return len(self.store) * self._dim_guess() * np.dtype(self.dtype).itemsize
 
     def _encode(self, texts: list[str], kind: str) -> np.ndarray:
-        fn = getattr(self.model, f"encode_{kind}", self.model.encode)
-        emb = fn(
-            texts,
-            batch_size=self.batch_size,
-            convert_to_numpy=True,
-            normalize_embeddings=self.normalize,
-            show_progress_bar=False,
-        )
-        return np.asarray(emb, dtype=np.float32)
+        return encode(self.model, texts, kind, self.batch_size, self.normalize, False)
 
     def _chunks(self) -> Iterator[list[str]]:
         texts: list[str] = []
@@ -323,19 +314,3 @@ def _merge(parts: list[tuple[np.ndarray, np.ndarray]], k: int) -> tuple[np.ndarr
     return rows[order], vals[order]
 
 
-def _is_enospc(e: OSError) -> bool:
-    import errno
-
-    return e.errno in (errno.ENOSPC, errno.EDQUOT)
-
-
-def _drop_other_format(folder: Path, meta_name: str, version: int, what: str) -> None:
-    if not (folder / "DONE").exists():
-        return
-    try:
-        fmt = json.loads((folder / meta_name).read_text()).get("format")
-    except (OSError, ValueError):
-        fmt = None
-    if fmt != version:
-        log.warning("the %s in %s is format %s, not %s: rebuilding it", what, folder, fmt, version)
-        shutil.rmtree(folder)
