@@ -9,7 +9,10 @@ gives one `FairRow` per (label, stage): EM and F1 with their 95% bootstrap inter
 comparison questions apart (question kinds from `data`), the method's own mechanism statistics on those
 trajectories (`Method.mechanism`, as `compare.py` prints them) and the seconds the run spent. Each label's best
 stage (highest EM; the earlier stage in `stages` on a tie) is paired with the reference label's best stage on the
-same questions (`pairing.compare_scores`: exact McNemar on EM, paired bootstrap on F1).
+same questions (`pairing.compare_scores`: exact McNemar on EM, paired bootstrap on F1). A label may name several
+run folders (seeds of one method): its rows pool them as `compare_runs` pools seeds (each question's scores
+averaged over the runs; intervals and the sign-flip test over questions: `pairing.compare_pooled`), every label
+then naming as many.
 
 Seconds are the wall-clock seconds each stage recorded in its DONE marker (`<folder>/DONE.<stage>`: "seconds",
 or "reused_seconds" for a stage another run computed and this one took from the reuse cache: what it cost
@@ -35,7 +38,7 @@ from knowtrace_train.errors import UserError
 from knowtrace_train.methods import METHODS
 from knowtrace_train.methods.base import MechanismStat
 from knowtrace_train.metrics import Interval, bootstrap_interval, em_by_kind, question_kind
-from knowtrace_train.pairing import QuestionScores, by_id, compare_scores, read_question_scores
+from knowtrace_train.pairing import QuestionScores, by_id, compare_pooled, mean_scores, read_question_scores
 from knowtrace_train.report import em_cell, p_text
 from knowtrace_train.stages import DONE_PREFIX, is_done, read_done
 from knowtrace_train.trajectory import read_trajectories
@@ -55,8 +58,9 @@ class FairTableError(UserError, ValueError):
 class FairConfig:
     """Self-training runs of several methods, read side by side on the same dev questions."""
 
-    runs: dict[str, str] = field(
-        default_factory=dict, metadata={"help": "label (usually the method's name) -> its self-training run folder"})
+    runs: dict[str, str | list[str]] = field(
+        default_factory=dict, metadata={"help": "label (usually the method's name) -> its self-training run folder, or "
+                                                "a list of folders (seeds), pooled"})
     stages: list[str] = field(
         default_factory=lambda: ["base", "m0", "iter_2"],
         metadata={"help": "the models of each run: base (raw base), m0 (M0: iter_0, or base where M0 is the raw "
@@ -79,6 +83,14 @@ class FairConfig:
             raise ValueError(f"stages names a stage twice: {self.stages}")
         if self.runs and self.reference not in self.runs:  # no runs yet: `fair_table` refuses it
             raise ValueError(f"reference {self.reference!r} is not a label of runs ({sorted(self.runs)})")
+        for label, folders in self.runs.items():
+            if isinstance(folders, list) and not folders:
+                raise ValueError(f"runs.{label}: an empty list of run folders")
+
+    def folders(self, label: str) -> list[str]:
+        """The run folders (seeds) of a label."""
+        f = self.runs[label]
+        return list(f) if isinstance(f, list) else [f]
 
 
 def load_fair_config(path: str | Path | None = None, overrides: Sequence[str] = ()) -> FairConfig:
@@ -92,25 +104,34 @@ class FairRow:
     label: str
     method: str
     stage: str
-    #: the eval file read
+    #: the eval file read (the first run's, where the label pools several)
     path: Path
+    #: each question's scores (averaged over the label's runs where it pools several: `pairing.mean_scores`)
     scores: QuestionScores
     em: Interval
     f1: Interval
     #: EM of the questions of each kind (bridge, comparison, unknown: those present)
     by_kind: dict[str, Interval]
     mechanism: dict[str, MechanismStat]
-    #: {"bootstrap", "iterations", "eval"}: seconds (see the module docstring)
+    #: {"bootstrap", "iterations", "eval"}: seconds (see the module docstring; the mean over the label's runs)
     seconds: dict[str, float]
     #: whether the stage is M0 as the raw base (m0 read from base/eval.jsonl)
     m0_is_base: bool = False
     best: bool = False
-    #: on the label's best stage (not the reference's): `compare_scores(reference best, this)`
+    #: on the label's best stage (not the reference's): `compare_pooled(reference best, this)`
     vs_reference: dict[str, Any] | None = None
-    #: on every stage but the label's first: `compare_scores(the stage before it, this)` (did it learn)
+    #: on every stage but the label's first: `compare_pooled(the stage before it, this)` (did it learn)
     vs_previous: dict[str, Any] | None = None
     #: the stage `vs_previous` pairs this one with
     previous: str | None = None
+    #: each run's (seed's) scores, in the config's order (one where the label names one folder)
+    seed_scores: list[QuestionScores] = field(default_factory=list)
+    #: each run's eval file
+    paths: list[Path] = field(default_factory=list)
+
+    @property
+    def seeds(self) -> int:
+        return max(1, len(self.seed_scores))
 
     @property
     def build_seconds(self) -> float:
@@ -128,19 +149,22 @@ class _Run:
     strategy: Any
     dev: list[str]
     m0_bootstrapped: bool | None
+    #: how errors name it: runs.<label>, or runs.<label>[i] for a label's i-th folder
+    where: str = ""
 
 
-def _read_run(label: str, folder: Path, need_m0: bool) -> _Run:
+def _read_run(label: str, folder: Path, need_m0: bool, where: str | None = None) -> _Run:
+    where = where or f"runs.{label}"
     if not folder.is_dir():
-        raise FairTableError(f"runs.{label}: no run folder {folder}")
+        raise FairTableError(f"{where}: no run folder {folder}")
     cfg_path = folder / "config.yaml"
     if not cfg_path.is_file():
-        raise FairTableError(f"runs.{label}: {cfg_path} is missing (not a self-training run folder?)")
+        raise FairTableError(f"{where}: {cfg_path} is missing (not a self-training run folder?)")
     raw = read_yaml(cfg_path)
     section = raw.get("strategy")
     name = section.get("name") if isinstance(section, dict) else None
     if name not in METHODS:
-        raise FairTableError(f"runs.{label}: {cfg_path}: strategy.name {name!r} is not a registered method "
+        raise FairTableError(f"{where}: {cfg_path}: strategy.name {name!r} is not a registered method "
                              f"(registered: {', '.join(sorted(METHODS))})")
     from knowtrace_train.selftrain.config import read_run_config
 
@@ -149,16 +173,16 @@ def _read_run(label: str, folder: Path, need_m0: bool) -> _Run:
     try:
         dev = [str(i) for i in json.loads(qfile.read_text(encoding="utf-8"))["dev"]]
     except (OSError, ValueError, KeyError, TypeError) as e:
-        raise FairTableError(f"runs.{label}: {qfile}: no list of dev question ids under \"dev\" ({e})") from None
+        raise FairTableError(f"{where}: {qfile}: no list of dev question ids under \"dev\" ({e})") from None
     boot = None
     if need_m0:
         m0 = folder / "m0.json"
         try:
             boot = bool(json.loads(m0.read_text(encoding="utf-8"))["bootstrapped"])
         except (OSError, ValueError, KeyError, TypeError) as e:
-            raise FairTableError(f"runs.{label}: stage m0: {m0}: no \"bootstrapped\" field (M0 not built yet?) "
+            raise FairTableError(f"{where}: stage m0: {m0}: no \"bootstrapped\" field (M0 not built yet?) "
                                  f"({e})") from None
-    return _Run(label, folder, name, strategy, dev, boot)
+    return _Run(label, folder, name, strategy, dev, boot, where)
 
 
 def stage_folder(run: _Run, stage: str) -> Path:
@@ -173,7 +197,7 @@ def _check_same_questions(runs: Sequence[_Run]) -> None:
     for r in runs[1:]:
         if set(r.dev) != set(first.dev):
             raise FairTableError(
-                f"runs.{first.label} ({first.folder}) and runs.{r.label} ({r.folder}) evaluate other dev questions "
+                f"{first.where} ({first.folder}) and {r.where} ({r.folder}) evaluate other dev questions "
                 f"({len(set(first.dev) ^ set(r.dev))} ids in one questions.json but not the other); paired tests "
                 "need the same questions: rerun with the same data.dev, data.dev_questions and data.seed")
 
@@ -209,9 +233,9 @@ def _eval_file(run: _Run, stage: str) -> Path:
     path = folder / "eval.jsonl"
     if not path.is_file():
         why = " (M0 is the raw base and the base was not evaluated: eval_base false)" if stage == "m0" else ""
-        raise FairTableError(f"runs.{run.label}: stage {stage}: no eval file {path}{why}")
+        raise FairTableError(f"{run.where}: stage {stage}: no eval file {path}{why}")
     if not is_done(folder, "eval"):
-        raise FairTableError(f"runs.{run.label}: stage {stage}: {path} is not finished (no {folder / 'DONE.eval'}: "
+        raise FairTableError(f"{run.where}: stage {stage}: {path} is not finished (no {folder / 'DONE.eval'}: "
                              "the run is still evaluating this model)")
     return path
 
@@ -233,43 +257,80 @@ def _items(path: str, ids: Sequence[str]):
 
 
 def fair_table(config: FairConfig) -> list[FairRow]:
-    """One row per (label, stage), in the config's order, after every check (see the module docstring)."""
+    """One row per (label, stage), in the config's order, after every check (see the module docstring). A label
+    with several run folders (seeds) gets one pooled row per stage: EM and F1 the mean over its runs, their
+    intervals a bootstrap over questions of each question's mean, the mechanism's counts summed over the runs,
+    the seconds their mean; its paired tests pool the runs as `compare_runs` does (`pairing.compare_pooled`)."""
     if not config.runs:
         raise FairTableError("runs: no run folder named (label: folder, one per method)")
-    runs = [_read_run(label, Path(folder), "m0" in config.stages) for label, folder in config.runs.items()]
-    _check_same_questions(runs)
-    files = {(r.label, s): _eval_file(r, s) for r in runs for s in config.stages}
-    items = _items(config.data, runs[0].dev)
+    runs: dict[str, list[_Run]] = {}
+    for label in config.runs:
+        folders = config.folders(label)
+        runs[label] = [_read_run(label, Path(f), "m0" in config.stages,
+                                 f"runs.{label}" + (f"[{i}]" if len(folders) > 1 else ""))
+                       for i, f in enumerate(folders)]
+    every = [r for rs in runs.values() for r in rs]
+    counts = {label: len(rs) for label, rs in runs.items()}
+    if len(set(counts.values())) > 1:
+        raise FairTableError("runs: every label must name as many run folders (seeds) for the pooled paired tests; "
+                             "got " + ", ".join(f"{k}: {v}" for k, v in counts.items()))
+    _check_same_questions(every)
+    for label, rs in runs.items():
+        if len({r.method for r in rs}) > 1:
+            raise FairTableError(f"runs.{label}: its folders run other methods ({', '.join(r.method for r in rs)}); "
+                                 "a label pools the seeds of one method")
+    files = {(r.where, s): _eval_file(r, s) for r in every for s in config.stages}
+    items = _items(config.data, every[0].dev)
     kinds = {it.id: question_kind(it) for it in items}
     rows = []
-    for r in runs:
+    for label, rs in runs.items():
         for s in config.stages:
-            path = files[r.label, s]
-            try:
-                scores = by_id(read_question_scores(path))
-            except ValueError as e:
-                raise FairTableError(f"runs.{r.label}: stage {s}: {e}") from None
-            if set(scores.ids) != set(r.dev):
-                have, dev = set(scores.ids), set(r.dev)
-                raise FairTableError(f"runs.{r.label}: stage {s}: {path} holds {len(have & dev)} of the run's {len(dev)} "
-                                     f"dev questions (questions.json) and {len(have - dev)} others")
-            trajs = read_trajectories(path)
+            per_seed, mechs, secs = [], [], []
+            for r in rs:
+                path = files[r.where, s]
+                try:
+                    scores = by_id(read_question_scores(path))
+                except ValueError as e:
+                    raise FairTableError(f"{r.where}: stage {s}: {e}") from None
+                if set(scores.ids) != set(r.dev):
+                    have, dev = set(scores.ids), set(r.dev)
+                    raise FairTableError(f"{r.where}: stage {s}: {path} holds {len(have & dev)} of the run's {len(dev)} "
+                                         f"dev questions (questions.json) and {len(have - dev)} others")
+                per_seed.append(scores)
+                mechs.append(mechanism(r.strategy, read_trajectories(path), items))
+                secs.append(run_seconds(r, s))
+            scores = mean_scores(per_seed)
             rows.append(FairRow(
-                label=r.label, method=r.method, stage=s, path=path, scores=scores,
+                label=label, method=rs[0].method, stage=s, path=files[rs[0].where, s], scores=scores,
                 em=bootstrap_interval(scores.em, seed=config.seed), f1=bootstrap_interval(scores.f1, seed=config.seed),
                 by_kind=em_by_kind(scores.em, [kinds[i] for i in scores.ids], seed=config.seed),
-                mechanism=mechanism(r.strategy, trajs, items), seconds=run_seconds(r, s),
-                m0_is_base=s == "m0" and not r.m0_bootstrapped))
+                mechanism=pool_mechanism(mechs),
+                seconds={k: round(sum(x[k] for x in secs) / len(secs), 3) for k in secs[0]},
+                m0_is_base=s == "m0" and not any(r.m0_bootstrapped for r in rs),
+                seed_scores=per_seed, paths=[files[r.where, s] for r in rs]))
     _pair_best(rows, config.reference, config.seed)
     _pair_steps(rows, config.seed)
     return rows
+
+
+def pool_mechanism(stats: Sequence[dict[str, MechanismStat]]) -> dict[str, MechanismStat]:
+    """Several runs' mechanism statistics as one: each figure's numerator and denominator summed over the runs
+    (a mean per question stays one: the total over every run's questions), the first note kept."""
+    if len(stats) == 1:
+        return dict(stats[0])
+    out: dict[str, MechanismStat] = {}
+    for name in dict.fromkeys(k for st in stats for k in st):
+        have = [st[name] for st in stats if name in st]
+        out[name] = MechanismStat(sum(x.numerator for x in have), sum(x.denominator for x in have),
+                                  next((x.note for x in have if x.note), None))
+    return out
 
 
 def _pair_steps(rows: Sequence[FairRow], seed: int) -> None:
     """Each row against the same label's row before it (base -> m0 -> iter_z): what that stage's training bought."""
     for before, row in zip(rows, rows[1:]):
         if before.label == row.label:
-            row.vs_previous = compare_scores(before.scores, row.scores, seed=seed)
+            row.vs_previous = compare_pooled(before.seed_scores, row.seed_scores, seed=seed)
             row.previous = before.stage
 
 
@@ -289,7 +350,7 @@ def _pair_best(rows: Sequence[FairRow], reference: str, seed: int) -> None:
     ref = best[reference]
     for label, row in best.items():
         if label != reference:
-            row.vs_reference = compare_scores(ref.scores, row.scores, seed=seed)
+            row.vs_reference = compare_pooled(ref.seed_scores, row.seed_scores, seed=seed)
 
 
 # -- rendering ---------------------------------------------------------------------------------------
@@ -312,23 +373,29 @@ def format_fair_table(rows: Sequence[FairRow], reference: str) -> str:
     """The table as markdown (one row per label and stage; mechanism cells "name: numerator/denominator =
     value"), then one line per label's best stage against the reference's best."""
     width = max((len(r.mechanism) for r in rows), default=0) or 1
-    head = (["label", "stage", "n", "EM [95% CI]", "bridge EM", "comparison EM", "F1",
+    head = (["label", "stage", "n" if max(r.seeds for r in rows) == 1 else "n x seeds", "EM [95% CI]", "bridge EM", "comparison EM", "F1",
              "mechanism: numerator/denominator = value"] + [""] * (width - 1)
             + ["train s (bootstrap + iterations)", "eval s"])
     body = []
     for r in rows:
         mech = [f"{k}: {v.cell()}" for k, v in r.mechanism.items()] or ["none"]
-        body.append([r.label, _stage_cell(r), str(r.em.n), em_cell(r.em.mean, _iv(r.em)), _kind_cell(r, "bridge"),
+        body.append([r.label, _stage_cell(r), str(r.em.n) + (f" x {r.seeds}" if r.seeds > 1 else ""), em_cell(r.em.mean, _iv(r.em)), _kind_cell(r, "bridge"),
                      _kind_cell(r, "comparison"), f"{r.f1.mean:.3f}", *mech, *[""] * (width - len(mech)),
                      f"{r.build_seconds:.1f} ({r.seconds['bootstrap']:.1f} + {r.seconds['iterations']:.1f})",
                      f"{r.seconds['eval']:.1f}"])
+    seeds = max(r.seeds for r in rows)
+    pooled = f", each the mean of {seeds} runs (seeds)" if seeds > 1 else ""
+    test = ("the sign-flip test over questions, each question's difference averaged over the seeds" if seeds > 1
+            else "exact McNemar")
     title = ("The fair table: every method self-trained the same way, on the same dev questions "
-             "(* = the label's best stage, highest EM; intervals: 95% bootstrap, none under 20 questions)")
+             f"(* = the label's best stage, highest EM{pooled}; intervals: 95% bootstrap over questions, none under "
+             "20 questions)")
     out = [title, markdown_table(head, body), ""]
     best = best_rows(rows)
     ref = best[reference]
     out.append(f"Best stage against {reference}'s best ({ref.stage}, EM {ref.em.mean:.3f}) on the same questions "
-               "(exact McNemar on EM; the best stages are picked on these questions, so p is optimistic):")
+               f"({test} on EM; the best stages are picked on these questions, so p is optimistic; right in only one "
+               "of the two counts (seed, question) pairs):")
     for label, row in best.items():
         if row.vs_reference is None:
             continue
@@ -336,7 +403,7 @@ def format_fair_table(rows: Sequence[FairRow], reference: str) -> str:
         out.append(f"- {label} {row.stage}: EM {row.em.mean:.3f}, {_em_diff_text(v)} vs {reference}, "
                    f"{p_text(v['em']['p_value'])} (n={v['n']}; only {reference} right: "
                    f"{v['only_a']}, only {label} right: {v['only_b']})")
-    out += ["", "Each stage against the label's stage before it (exact McNemar on EM; what that stage's training bought):"]
+    out += ["", f"Each stage against the label's stage before it ({test} on EM; what that stage's training bought):"]
     for row in rows:
         if (v := row.vs_previous) is not None:
             out.append(f"- {row.label} {row.stage} vs {row.previous}: {_em_diff_text(v)}, {p_text(v['em']['p_value'])} "
@@ -361,7 +428,8 @@ def fair_figures(rows: Sequence[FairRow], config: FairConfig) -> dict[str, Any]:
     out_rows = []
     for r in rows:
         out_rows.append({
-            "label": r.label, "method": r.method, "stage": r.stage, "eval": str(r.path), "m0_is_base": r.m0_is_base,
+            "label": r.label, "method": r.method, "stage": r.stage, "m0_is_base": r.m0_is_base, "seeds": r.seeds,
+            "eval": str(r.path) if len(r.paths) <= 1 else [str(x) for x in r.paths],
             "n": r.em.n, "em": _iv(r.em), "f1": _iv(r.f1), "by_kind": {k: _iv(v) for k, v in r.by_kind.items()},
             "mechanism": {k: v.to_dict() for k, v in r.mechanism.items()}, "seconds": r.seconds, "best": r.best})
     paired = []

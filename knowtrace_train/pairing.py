@@ -78,6 +78,48 @@ def compare_scores(a: QuestionScores, b: QuestionScores, *, seed: int = 0) -> di
     }
 
 
+def compare_pooled(a: Sequence[QuestionScores], b: Sequence[QuestionScores], *, seed: int = 0) -> dict[str, Any]:
+    """`compare_scores` of two models with several runs (seeds) each on the same questions, in its shape: "em"
+    and "f1" are `pooled_paired_test` (each question's difference averaged over the seeds; sign-flip test and
+    bootstrap interval over questions), "only_a"/"only_b" the discordant (seed, question) pairs summed over the
+    seeds, "seeds" the runs per model. One run each is `compare_scores` (the exact McNemar test)."""
+    if not a or not b:
+        raise ValueError("compare_pooled: each model needs at least one run")
+    if len(a) == 1 and len(b) == 1:
+        return compare_scores(a[0], b[0], seed=seed)
+    if len(a) != len(b):
+        raise ValueError(f"compare_pooled: {len(a)} runs of {a[0].source} against {len(b)} of {b[0].source}; "
+                         "the pooled test needs as many runs of each")
+    a, b = [by_id(x) for x in a], [by_id(x) for x in b]
+    for x in (*a[1:], *b):
+        if x.ids != a[0].ids:
+            raise ValueError(f"cannot pool {x.source} with {a[0].source}: other questions "
+                             f"({len(set(x.ids) ^ set(a[0].ids))} ids in one but not the other)")
+    return {
+        "only_a": sum(1 for x, y in zip(a, b) for u, v in zip(x.em, y.em) if u > v),
+        "only_b": sum(1 for x, y in zip(a, b) for u, v in zip(x.em, y.em) if v > u),
+        "n": len(a[0].ids),
+        "seeds": len(a),
+        "em": dataclasses.asdict(pooled_paired_test([x.em for x in a], [y.em for y in b], seed=seed)),
+        "f1": dataclasses.asdict(pooled_paired_test([x.f1 for x in a], [y.f1 for y in b], seed=seed)),
+    }
+
+
+def mean_scores(runs: Sequence[QuestionScores]) -> QuestionScores:
+    """Each question's EM and F1 averaged over several runs of one model on the same questions (in id order):
+    the per-question scores whose bootstrap over questions is the pooled interval (`pooled_paired_test`'s unit)."""
+    runs = [by_id(r) for r in runs]
+    for r in runs[1:]:
+        if r.ids != runs[0].ids:
+            raise ValueError(f"cannot pool {r.source} with {runs[0].source}: other questions")
+    if len(runs) == 1:
+        return runs[0]
+    n = len(runs)
+    return QuestionScores(f"mean of {n} runs ({runs[0].source}, ...)", list(runs[0].ids),
+                          [sum(col) / n for col in zip(*(r.em for r in runs))],
+                          [sum(col) / n for col in zip(*(r.f1 for r in runs))])
+
+
 def compare_evals(a: str | Path, b: str | Path, *, seed: int = 0) -> dict[str, Any]:
     """`compare_scores` of two trajectory files (model b against model a)."""
     return compare_scores(read_question_scores(a), read_question_scores(b), seed=seed)

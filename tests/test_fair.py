@@ -164,3 +164,54 @@ def test_the_config_checks_its_own_fields():
     assert cfg.stages == ["base", "m0", "iter_2"] and cfg.data == "data/world/dev.jsonl"
     with pytest.raises(FairTableError, match="runs: no run folder named"):
         fair_table(FairConfig())
+
+
+def _second_seed(run: Path, dst: Path, flip: int) -> Path:
+    """A copy of a run folder as if it were another seed: every eval file's first `flip` questions' EM flipped
+    (and F1 set to the new EM), so the pooled figures differ from either run's."""
+    shutil.copytree(run, dst)
+    for path in dst.glob("*/eval.jsonl"):
+        lines = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+        for d in lines[:flip]:
+            d["em"] = 1.0 - float(d["em"])
+            d["f1"] = d["em"]
+        path.write_text("".join(json.dumps(d) + "\n" for d in lines))
+    return dst
+
+
+def test_a_label_of_several_seeds_is_pooled(runs, tmp_path):
+    from knowtrace_train.pairing import compare_scores, read_question_scores
+
+    seeds = {k: [str(v), str(_second_seed(v, tmp_path / f"{k}_s1", flip=3 if k == "self_ask" else 0))]
+             for k, v in runs.items()}
+    path = tmp_path / "fair.yaml"  # a YAML list of folders per label
+    path.write_text(yaml.safe_dump({"runs": seeds, "stages": STAGES}))
+    cfg = load_config(FairConfig, path, [])
+    assert cfg.folders("self_ask") == seeds["self_ask"]
+    rows = {(r.label, r.stage): r for r in fair_table(cfg)}
+    one = {(r.label, r.stage): r for r in fair_table(_config(runs))}
+    for key, r in rows.items():
+        a, b = (by_seed for by_seed in (read_question_scores(p) for p in r.paths))
+        assert r.seeds == 2 and r.em.n == DEV_QUESTIONS
+        assert r.em.mean == pytest.approx((sum(a.em) + sum(b.em)) / (2 * DEV_QUESTIONS))
+        # identical copies (KnowTrace's) pool to the one run's figures; the mechanism's counts double
+        if key[0] == "knowtrace":
+            assert r.em.mean == pytest.approx(one[key].em.mean)
+            for name, stat in r.mechanism.items():
+                assert (stat.numerator, stat.denominator) == (2 * one[key].mechanism[name].numerator,
+                                                              2 * one[key].mechanism[name].denominator)
+    step = rows["self_ask", "iter_1"].vs_previous
+    assert step["seeds"] == 2 and step["em"]["test"] == "sign_flip_over_questions"
+    # the discordant pairs are summed over the seeds
+    before, after = rows["self_ask", "m0"], rows["self_ask", "iter_1"]
+    assert step["only_b"] == sum(compare_scores(x, y)["only_b"] for x, y in zip(before.seed_scores, after.seed_scores))
+    text = format_fair_table(list(rows.values()), "knowtrace")
+    assert "| n x seeds |" in text and "| 20 x 2 |" in text and "each the mean of 2 runs" in text
+    figs = fair_figures(list(rows.values()), cfg)
+    assert figs["rows"][0]["seeds"] == 2 and isinstance(figs["rows"][0]["eval"], list)
+    # a label of another count of seeds cannot be paired: refused before any table
+    with pytest.raises(FairTableError, match=r"every label must name as many run folders .*knowtrace: 2, self_ask: 1"):
+        fair_table(FairConfig(runs={"knowtrace": seeds["knowtrace"], "self_ask": str(runs["self_ask"])}, stages=STAGES))
+    with pytest.raises(FairTableError, match=r"runs\.self_ask\[1\]: no run folder"):
+        fair_table(FairConfig(runs={"knowtrace": seeds["knowtrace"],
+                                    "self_ask": [seeds["self_ask"][0], str(tmp_path / "nowhere")]}, stages=STAGES))
