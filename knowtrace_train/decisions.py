@@ -17,10 +17,10 @@ import random
 import time
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, MutableMapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, MutableMapping, Sequence
 
 from knowtrace_train.generation.base import (
-    GenerationError, GenerationRequest, OptionScorer, OptionScores, request_seed, score_each)
+    GenerationError, GenerationRequest, OptionScorer, OptionScores, generate_each, request_seed, score_each)
 
 #: the record field that marks a decision: {"kind", "label", "start", "end"} (characters of the completion)
 DECISION = "decision"
@@ -108,6 +108,12 @@ class DecisionPrompt:
     #: the question's kind ("bridge", "comparison") where known
     question_kind: str | None = None
     choice: str | None = None
+    #: a decision the engine reads from free text (IRCoT's stop: "answer is" anywhere in its sentence) rather than
+    #: between fixed words: the model writes up to `max_new_tokens` tokens (until a `stop` string), greedily, and
+    #: `reads(text)` is whether the engine takes the positive option from it (`options` then only name the two)
+    reads: Callable[[str], bool] | None = None
+    max_new_tokens: int = 0
+    stop: tuple[str, ...] = ()
 
 
 def option_log_odds(scores: OptionScores | Exception, options: Sequence[str]) -> float:
@@ -127,12 +133,39 @@ def option_log_odds(scores: OptionScores | Exception, options: Sequence[str]) ->
 
 def score_prompts(scorer: OptionScorer, prompts: Sequence[DecisionPrompt], batch: int = 32
                   ) -> list[OptionScores | Exception]:
-    """Each prompt's options scored (`score_each`: one prefill a prompt, no decoding), in batches of `batch`."""
-    out: list[OptionScores | Exception] = []
-    for lo in range(0, len(prompts), batch):
-        part = prompts[lo : lo + batch]
+    """Each prompt's options scored (`score_each`: one prefill a prompt, no decoding), in batches of `batch`; a
+    prompt the engine reads from free text (`DecisionPrompt.reads`) is decoded greedily instead and read as the
+    engine reads it, its scores then log P 0 for the option taken and -inf for the other (`read_decisions`)."""
+    out: list[OptionScores | Exception | None] = [None] * len(prompts)
+    scored = [i for i, p in enumerate(prompts) if p.reads is None]
+    read = [i for i, p in enumerate(prompts) if p.reads is not None]
+    for lo in range(0, len(scored), batch):
+        idx = scored[lo : lo + batch]
+        part = [prompts[i] for i in idx]
         requests = [GenerationRequest(prompt=p.prompt, prefix=p.prefix, role=p.role, max_new_tokens=1) for p in part]
-        out += score_each(scorer, requests, [list(p.options) for p in part])
+        for i, s in zip(idx, score_each(scorer, requests, [list(p.options) for p in part])):
+            out[i] = s
+    for lo in range(0, len(read), batch):
+        idx = read[lo : lo + batch]
+        for i, s in zip(idx, read_decisions(scorer, [prompts[i] for i in idx])):
+            out[i] = s
+    return out  # type: ignore[return-value]
+
+
+def read_decisions(generator: Any, prompts: Sequence[DecisionPrompt]) -> list[OptionScores | Exception]:
+    """Prompts whose decision the engine reads from free text: each decoded greedily (`generate_each`: a refused
+    request comes back as its error, in its place) and read with its `reads`; the option taken scores log P 0,
+    the other -inf, so `option_log_odds` is +inf where the positive is taken and -inf where not."""
+    requests = [GenerationRequest(prompt=p.prompt, prefix=p.prefix, role=p.role, max_new_tokens=p.max_new_tokens,
+                                  stop=p.stop) for p in prompts]
+    out: list[OptionScores | Exception] = []
+    for p, c in zip(prompts, generate_each(generator, requests)):
+        if isinstance(c, Exception):
+            out.append(c)
+            continue
+        took = bool(p.reads(c.text))  # type: ignore[misc]
+        out.append(OptionScores({p.options[0]: 0.0 if took else -math.inf,
+                                 p.options[1]: -math.inf if took else 0.0}, c.prompt_tokens, c.truncated_tokens))
     return out
 
 

@@ -7,8 +7,9 @@ The prompts are the method's (`Method.decision_prompts`) over the run's dev ques
 as each model runs them: KnowTrace's sufficiency judgement, DoG's answer try, TRACE's selector stop (and the gold
 triple's rank among the candidates), MINTQA-dynamic's certainty (labelled by whether the raw base answers the hop
 right without retrieval), Self-Ask's "Are follow up questions needed here:" and its final answer against another
-follow-up (docs/decisions.md, "Each method's decisions, measured"). Each prompt is scored once (one prefill, the
-run's generator settings); per decision kind: accuracy, each label's recall, the balanced accuracy and the mean
+follow-up, IRCoT's stop (docs/decisions.md, "Each method's decisions, measured"). Each prompt is scored once (one
+prefill, the run's generator settings; IRCoT's stop, which has no fixed words, is decoded greedily and read as its
+loop reads it); per decision kind: accuracy, each label's recall, the balanced accuracy and the mean
 P(positive) per label, with 95% intervals and the count of prompts, for the greedy choice and, where the model was
 calibrated (iter_<z>/calibration.json), at its threshold. `--base` adds the raw base (few-shot, as the run
 evaluated it). The last line is JSON.

@@ -272,7 +272,8 @@ def test_dog_s_held_out_answer_try_prompts_are_its_gold_walk_s_answer_tries():
 
     born = one_hop(1, "Where was Odile Farrant born?", ("Odile Farrant", "born in", "Castelbrun"))
     m, cfg = get_method("dog"), DoGConfig(graph="items", fewshot=False)
-    prompts = m.decision_prompts(cfg, [ITEM, born])
+    every = m.decision_prompts(cfg, [ITEM, born])
+    prompts = [p for p in every if p.kind == "answer_try"]
     hop1, hop2 = ("Zentor", "founded by", "Odile Farrant"), ("Odile Farrant", "born in", "Castelbrun")
     # the 2-hop walk: No after its first hop, Yes after its last; the 1-hop walk: Yes
     assert [(p.item_id, p.prompt, p.label) for p in prompts] == [
@@ -282,7 +283,18 @@ def test_dog_s_held_out_answer_try_prompts_are_its_gold_walk_s_answer_tries():
     assert all((p.kind, p.prefix, p.role, p.options, p.question_kind) == ("answer_try", "", "answer_try", (" Yes", " No"),
                                                                          "bridge") for p in prompts)
     # rendered as the config renders them; none for the model alone; the threshold set from a calibration
-    assert all("Enough: No" in p.prompt for p in m.decision_prompts(DoGConfig(graph="items"), [ITEM]))
+    assert all("Enough: No" in p.prompt for p in m.decision_prompts(DoGConfig(graph="items"), [ITEM])
+               if p.kind == "answer_try")
+    # the relation choice: one prompt per hop, fed the gold sub-question up to "Relation:", read from what is written
+    rel = [p for p in every if p.kind == "relation_choice"]
+    assert [(p.item_id, p.label, p.role) for p in rel] == [("w2", True, "relation"), ("w2", True, "relation"),
+                                                          ("h1", True, "relation")]
+    assert rel[2].prefix == " Where was Odile Farrant born?\nRelation:" and rel[2].stop == dog_prompts.BLOCK_STOP
+    assert all(p.reads is not None and p.max_new_tokens == cfg.relation_tokens for p in rel)
+    listed = [r.strip() for r in rel[2].prompt.rsplit("Relations:", 1)[1].split("\n", 1)[0].split(";")]
+    number = next(x.split(".", 1)[0] for x in listed if x.endswith("born in"))
+    assert rel[2].reads(f" {number}. born in") and rel[2].reads(" born in") and rel[2].reads(f" {number}.")
+    assert not rel[2].reads(" 99. nowhere") and not rel[2].reads("")
     assert m.decision_prompts(DoGConfig(graph="items", max_hops=0), [ITEM]) == []
     assert m.with_thresholds(cfg, {"answer_try": -0.25}).answer_try_threshold == -0.25
     assert m.with_thresholds(cfg, {"sufficiency": 1.0}) is cfg

@@ -78,7 +78,7 @@ def test_mintqa_dynamic_s_certainty_prompts_feed_the_raw_model_s_answer_and_labe
 
 def test_self_ask_s_prompts_ask_whether_follow_ups_are_needed_and_after_each_answer_whether_the_final_one_comes():
     from knowtrace_train.methods.baselines import self_ask
-    from knowtrace_train.methods.baselines.config import IRCoTConfig, SelfAskConfig
+    from knowtrace_train.methods.baselines.config import SelfAskConfig
     from test_gold_baselines import HITS
 
     m = get_method("self_ask")
@@ -93,8 +93,49 @@ def test_self_ask_s_prompts_ask_whether_follow_ups_are_needed_and_after_each_ans
     assert out[2].prefix.endswith("Intermediate answer: Castelbrun.\n") and out[2].prefix.startswith(out[1].prefix)
     with pytest.raises(ValueError, match="retriever"):
         m.decision_prompts(SelfAskConfig(), [ITEM])
-    # IRCoT decides nothing at a fixed point between fixed words
-    assert get_method("ircot").decision_prompts(IRCoTConfig(), [ITEM], retriever=Mapped(HITS)) == []
+
+
+
+def test_ircot_s_stop_is_read_from_what_the_model_writes_as_its_loop_reads_it():
+    from knowtrace_train.decisions import score_prompts
+    from knowtrace_train.generation.base import Completion, GenerationError
+    from knowtrace_train.methods.baselines.common import COT_STOP
+    from knowtrace_train.methods.baselines.config import IRCoTConfig
+    from knowtrace_train.methods.baselines.gold import IRCOT_STOP, ircot_says_answer
+    from test_gold_baselines import HITS
+
+    out = get_method("ircot").decision_prompts(IRCoTConfig(passages=2, fewshot=False, max_new_tokens=12), [ITEM],
+                                               retriever=Mapped(HITS))
+    # ITEM's two hops: a sentence per hop (go on), then "So the answer is" (stop); each fed the gold chain so far
+    assert [(p.kind, p.label) for p in out] == [(IRCOT_STOP, False), (IRCOT_STOP, False), (IRCOT_STOP, True)]
+    assert [p.prefix.count(".") for p in out] == [0, 1, 2] and all(p.prefix.startswith("Answer:") for p in out)
+    assert all((p.max_new_tokens, p.stop, p.role) == (12, COT_STOP, "reason") for p in out)
+    assert ircot_says_answer(" So the answer is: Castelbrun. Then more.") and not ircot_says_answer(" Zentor was founded.")
+    assert not ircot_says_answer(" Zentor was founded. So the answer is X.")  # only the first sentence counts
+
+    class Writer:  # writes the answer sentence on the second prompt only; refuses the third
+        def __init__(self):
+            self.requests = []
+
+        def generate(self, requests):
+            self.requests += list(requests)
+            if len(requests) > 1:
+                raise GenerationError("one at a time")
+            r = requests[0]
+            if r.prefix == out[2].prefix:
+                raise GenerationError("refused")
+            text = " So the answer is: Odile." if r.prefix == out[1].prefix else " Zentor was founded by Odile."
+            return [Completion(text, 5, 3, "stop")]
+
+    w = Writer()
+    scores = score_prompts(w, out)
+    assert [option_log_odds(s, p.options) for s, p in zip(scores[:2], out)] == [-math.inf, math.inf]
+    assert isinstance(scores[2], Exception)  # refused: unscored, in its place
+    assert all((r.max_new_tokens, r.stop) == (12, COT_STOP) for r in w.requests)
+    f = decision_figures(out, scores)[IRCOT_STOP]
+    assert (f["gold_positive"], f["gold_negative"], f["greedy"]["unscored"]) == (1, 2, 1)
+    assert f["greedy"]["confusion"] == {"gold_pos_said_pos": 0, "gold_pos_said_neg": 0, "gold_neg_said_pos": 1,
+                                        "gold_neg_said_neg": 1}
 
 
 def test_only_the_decisions_an_engine_takes_by_threshold_are_calibrated():

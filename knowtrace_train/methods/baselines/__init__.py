@@ -74,17 +74,17 @@ class BaselineMethod(Method):
     def decision_prompts(self, config: BaselineConfig, items: Sequence[QAItem], *, retriever: Retriever | None = None,
                          make_generator=None) -> list:
         """Self-Ask's two decisions on held-out gold prompts (gold.py, `self_ask_prompts`: "Are follow up questions
-        needed here:" Yes/No, and after an intermediate answer "So the final answer is:" against "Follow up:"),
-        over `retriever`'s passages (required). The other baselines decide nothing at a fixed point between fixed
-        words: IRCoT stops where its free sentence says "answer is" (anywhere in it), ReAct where its Action is
-        Finish[...] after a free thought, RA-CoT and Iter-RetGen not at all; []. Nothing is decided by threshold."""
-        if self.name != SELF_ASK:
+        needed here:" Yes/No, and after an intermediate answer "So the final answer is:" against "Follow up:"), and
+        IRCoT's stop (`ircot_prompts`: "answer is" in its sentence, read from what the model writes: no fixed words
+        to score), over `retriever`'s passages (required). ReAct decides where its Action is Finish[...] after a
+        free thought, RA-CoT and Iter-RetGen not at all; []. Nothing is decided by threshold."""
+        if self.name not in (SELF_ASK, IRCOT):
             return []
         if retriever is None:
-            raise ValueError("Self-Ask's decision prompts need the run's retriever (their transcripts show its passages)")
-        from knowtrace_train.methods.baselines.gold import self_ask_prompts
+            raise ValueError(f"{self.name}'s decision prompts need the run's retriever (their transcripts show its passages)")
+        from knowtrace_train.methods.baselines.gold import ircot_prompts, self_ask_prompts
 
-        return self_ask_prompts(config, items, retriever)
+        return (self_ask_prompts if self.name == SELF_ASK else ircot_prompts)(config, items, retriever)
 
 
 def _method(name: str, config_class: type, strategy_class: type) -> type[BaselineMethod]:

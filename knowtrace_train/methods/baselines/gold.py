@@ -38,7 +38,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from knowtrace_train.data.schema import Passage, QAItem
 from knowtrace_train.decisions import DecisionPrompt
-from knowtrace_train.methods.baselines.common import ANSWER_MARK, clean_answer
+from knowtrace_train.methods.baselines.common import ANSWER_MARK, COT_STOP, clean_answer, extract_answer, first_sentence
 from knowtrace_train.methods.baselines.config import IRCOT, ITER_RETGEN, RA_COT, REACT, REASON, SELF_ASK, BaselineConfig
 from knowtrace_train.methods.baselines.runner import Live, Runner, Step
 from knowtrace_train.methods.baselines.self_ask import FINAL, NEEDED
@@ -286,3 +286,30 @@ def self_ask_prompts(config: BaselineConfig, items: Iterable[QAItem], retriever:
                                           ("So", "Follow"), written[cut:].startswith(FINAL), traj.question_id,
                                           kinds.get(traj.question_id)))
     return out
+
+
+#: IRCoT's stop (`ircot_prompts`): its sentence says "answer is" against any other sentence
+IRCOT_STOP = "ircot_stop"
+
+
+def ircot_says_answer(written: str) -> bool:
+    """Whether IRCoT's loop ends the question on what the model wrote: its first sentence says "answer is"
+    (`extract_answer(first_sentence(...))`, as `IRCoT.loop` reads it)."""
+    return extract_answer(first_sentence(written)) is not None
+
+
+def ircot_prompts(config: BaselineConfig, items: Iterable[QAItem], retriever: Retriever) -> list[DecisionPrompt]:
+    """IRCoT's stop on held-out gold prompts: every reasoning call of the items' gold trajectories (its own loop,
+    prompts and passages, `config`'s exemplars, `require_support` off), fed the gold chain so far; the gold says
+    stop ("answer is") at the last call and another sentence before it. IRCoT stops where its free sentence says
+    "answer is", anywhere in it, so the decision has no fixed words to score: each prompt is decoded greedily
+    (the call's `max_new_tokens` and stop strings) and read as the loop reads it (`ircot_says_answer`). An
+    empty or repeated sentence reads as not stopping on an answer (the loop then forces one)."""
+    items = list(items)
+    trajs, _ = baseline_gold_trajectories(IRCOT, config, items, retriever, require_support=False,
+                                          fewshot=config.fewshot)
+    kinds = {it.id: question_kind(it) for it in items}
+    return [DecisionPrompt(IRCOT_STOP, c.prompt, c.prefix, config.role, ("answer is", "another sentence"),
+                           ircot_says_answer(c.output[len(c.prefix):]), traj.question_id, kinds.get(traj.question_id),
+                           reads=ircot_says_answer, max_new_tokens=config.max_new_tokens, stop=COT_STOP)
+            for traj in trajs for c in traj.calls if c.role == REASON and c.output.startswith(c.prefix)]

@@ -53,10 +53,11 @@ class DoGMethod(Method):
 
     def decision_prompts(self, config: DoGConfig, items, *, retriever=None, make_generator=None) -> list:
         """The answer try's held-out gold prompts: every answer try of the items' gold walks (gold.py), Yes at
-        the gold chain's last hop, No at the hops before it, as `config` renders them (its exemplars, its graph)."""
-        from knowtrace_train.methods.dog.gold import answer_try_prompts
+        the gold chain's last hop, No at the hops before it, as `config` renders them (its exemplars, its graph);
+        then every relation call's, fed the gold sub-question, its choice read from what the model writes."""
+        from knowtrace_train.methods.dog.gold import decision_prompts
 
-        return [] if config.max_hops == 0 else answer_try_prompts(config, items)
+        return [] if config.max_hops == 0 else decision_prompts(config, items)
 
     def threshold_decisions(self, config: DoGConfig) -> frozenset[str]:
         """The answer try (none with `max_hops: 0`, which walks nothing)."""

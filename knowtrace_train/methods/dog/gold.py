@@ -62,6 +62,8 @@ from knowtrace_train.kg_store import GraphStore, KGStoreError
 from knowtrace_train.methods.dog.config import ANSWER_TRY, CRITIC, FALLBACK, RELATION, DoGConfig
 from knowtrace_train.methods.dog.engine import DoG, _Job, _State
 from knowtrace_train.methods.dog.graph import topic_entity
+from knowtrace_train.methods.dog.parsing import parse_relation
+from knowtrace_train.methods.dog.prompts import BLOCK_STOP
 from knowtrace_train.methods.gold_chain import NO_CHAIN, NO_CHAIN_ENTITY, UNSUPPORTED_HOP, checked_chain
 from knowtrace_train.methods.gold_records import TOO_MANY_HOPS, UNREADABLE_STEP, GoldRecords, GoldTally
 from knowtrace_train.methods.gold_records import GoldTrajectories, gold_call, gold_records, one_line, read_back, words
@@ -290,12 +292,13 @@ def answer_try_span(prefix: str, completion: str) -> tuple[str, int, int] | None
     return None
 
 
-def answer_try_prompts(config: DoGConfig, items: Iterable[QAItem], *, store: GraphStore | None = None
-                       ) -> list[DecisionPrompt]:
-    """The answer try's held-out gold prompts (`decisions.DecisionPrompt`, kind `answer_try`): every answer-try
-    call of the items' gold trajectories (`dog_gold_trajectories`, prompts as `config` renders them, its
-    `fewshot`), labelled as `answer_try_span` reads the gold output (Yes at the gold chain's last hop, No at the
-    hops before it); the options are the words the engine decides between, scored as the call's first word."""
+def decision_prompts(config: DoGConfig, items: Iterable[QAItem], *, store: GraphStore | None = None
+                     ) -> list[DecisionPrompt]:
+    """Every held-out gold prompt of DoG's decisions (`decisions.DecisionPrompt`) from one build of the items' gold
+    trajectories (`dog_gold_trajectories`, prompts as `config` renders them, its `fewshot`): first every answer-try
+    call (kind `answer_try`), labelled as `answer_try_span` reads the gold output (Yes at the gold chain's last
+    hop, No at the hops before it), its options the words the engine decides between, scored as the call's first
+    word; then every relation call (kind `relation_choice`, `_relation_prompts`)."""
     items = list(items)
     trajs, _ = dog_gold_trajectories(config, items, fewshot=config.fewshot, require_support=False, store=store)
     kinds = {it.id: question_kind(it) for it in items}
@@ -306,4 +309,36 @@ def answer_try_prompts(config: DoGConfig, items: Iterable[QAItem], *, store: Gra
             if span is not None:
                 out.append(DecisionPrompt(ANSWER_TRY, call.prompt, "", ANSWER_TRY, (" Yes", " No"), span[0] == "Yes",
                                           traj.question_id, kinds.get(traj.question_id)))
+    return out + [p for traj in trajs for p in _relation_prompts(config, traj, kinds)]
+
+
+#: DoG's relation choice (`relation_prompts`): the gold relation against any other, read from what the model writes
+RELATION_CHOICE = "relation_choice"
+
+
+def _chooses(written: str, relations: tuple[str, ...], gold: str, text: str) -> bool:
+    """Whether the engine reads the gold relation from a relation call whose output is `written` + `text`."""
+    return parse_relation(written + text, relations).relation == gold
+
+
+def _relation_prompts(config: DoGConfig, traj, kinds: Mapping[str, str | None]) -> list[DecisionPrompt]:
+    """DoG's relation choice on a gold walk's held-out prompts (kind `relation_choice`): every relation call, fed
+    the gold sub-question up to "Relation:", then decoded greedily (the call's `relation_tokens` and stop strings)
+    and read by the engine's parser (`parse_relation`, a listed name or its number): right where it reads the gold
+    relation. The relation is a number or a name after a free line, with no fixed words to score (a number's
+    first digit is also the first token of the numbers it begins), so it is read, not scored. The label is always
+    the positive: its recall is the share of hops where the gold relation is chosen."""
+    out = []
+    calls = [c for c in traj.calls if c.role == RELATION]
+    for call, hop in zip(calls, traj.meta.get("hops", [])):
+        written = call.output[len(call.prefix):]
+        cut = written.find("\nRelation:")
+        if cut < 0 or not hop.get("relation") or not hop.get("relations"):
+            continue
+        fed = written[: cut + len("\nRelation:")]
+        reads = functools.partial(_chooses, fed, tuple(hop["relations"]), hop["relation"])
+        out.append(DecisionPrompt(RELATION_CHOICE, call.prompt, call.prefix + fed, RELATION,
+                                  ("the gold relation", "another relation"), True, traj.question_id,
+                                  kinds.get(traj.question_id), reads=reads, max_new_tokens=config.relation_tokens,
+                                  stop=BLOCK_STOP))
     return out
