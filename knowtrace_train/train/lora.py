@@ -393,6 +393,24 @@ def sft_args(config: LoraTrainConfig, precision: str, device: str, output_dir: s
     )
 
 
+def sft_trainer(base_model_path: Path, rows: list[dict], config: LoraTrainConfig, device: str, precision: str,
+                tokenizer, output_dir: str):
+    """The counting SFT trainer of `train_role` on tokenized `rows`: the base loaded for `config` with its LoRA
+    adapter, batches as the config asks (shared prefixes on CPUs, packed rows where `packing` runs without
+    FlashAttention), the frozen weights in bf16 where that pays."""
+    from datasets import Dataset
+
+    model = _load_base(base_model_path, precision, config, device)
+    attention = model.config._attn_implementation
+    Trainer = counting_trainer_class(share_prefixes=config.share_prefixes and not config.packing,
+                                     packed_rows=config.packing and attention != "flash_attention_2")
+    trainer = Trainer(model=model, args=sft_args(config, precision, device, output_dir),
+                      train_dataset=Dataset.from_list(rows), processing_class=tokenizer, peft_config=lora_config(config))
+    trainer.record_groups = pass_groups(rows, config, device)
+    frozen_in_bf16(trainer.model, config, precision, device)
+    return trainer
+
+
 def train_role(
     base_model_path: str | Path,
     records: Sequence[Mapping[str, Any]] | str | Path,
@@ -409,7 +427,6 @@ def train_role(
     this; only the main process writes.
     """
     import torch
-    from datasets import Dataset
 
     config = config or LoraTrainConfig()
     # the batch and accumulation as trained (derived from effective_batch_size where set): recorded with the adapter
@@ -421,21 +438,9 @@ def train_role(
     checked = load_records(records, role)
     rows, skipped = tokenize_records(tokenizer, checked, config.prompt_format, config.max_length,
                                      config.decision_weight)
-    dataset = Dataset.from_list(rows)
-
-    model = _load_base(base_model_path, precision, config, device)
-    Trainer = counting_trainer_class(share_prefixes=config.share_prefixes and not config.packing)
     with tempfile.TemporaryDirectory(prefix=f"knowtrace_train_{role}_") as scratch:
-        args = sft_args(config, precision, device, scratch)
-        trainer = Trainer(
-            model=model,
-            args=args,
-            train_dataset=dataset,
-            processing_class=tokenizer,
-            peft_config=lora_config(config),
-        )
-        trainer.record_groups = pass_groups(rows, config, device)
-        frozen_in_bf16(trainer.model, config, precision, device)
+        trainer = sft_trainer(base_model_path, rows, config, device, precision, tokenizer, scratch)
+        args = trainer.args
         processes = trainer.accelerator.num_processes
         logger.info("role %s: %d records (%d skipped), %d tokens, batch %d x %d accumulation x %d processes = %d",
                     role, len(rows), skipped, sum(len(r["input_ids"]) for r in rows), config.per_device_batch_size,
@@ -448,7 +453,7 @@ def train_role(
             result.computed_tokens,
         )
         save_trained_adapter(trainer, output_dir, role, base_model_path, config, precision, why, result)
-    del trainer, model
+    del trainer
     if device == "cuda":
         torch.cuda.empty_cache()
     return result

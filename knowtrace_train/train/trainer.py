@@ -1,7 +1,8 @@
 """The trainers of every role: TRL's SFTTrainer (and KTOTrainer for `mode: kto`) counting the tokens it trains on, with the loss-carrying LM
 head on the completion positions only on CPUs (TRL's fused head scores every position there) and, there, the prompt
 tokens that a batch's records share run once (`shared_prefix_loss`), each batch drawn, where
-`group_prefix_tokens` is set, from records that begin alike (`GroupedPassSampler`)."""
+`group_prefix_tokens` is set, from records that begin alike (`GroupedPassSampler`); packed records (`packing`) stay rows
+of `max_length` tokens each, a pass a batch of rows, each record seeing only itself (`PackedRowsCollator`)."""
 
 from __future__ import annotations
 
@@ -9,10 +10,12 @@ from __future__ import annotations
 from knowtrace_train.threads import follow as follow_threads
 
 
-def counting_trainer_class(kind: str = "sft", share_prefixes: bool = False):
+def counting_trainer_class(kind: str = "sft", share_prefixes: bool = False, packed_rows: bool = False):
     """TRL's SFTTrainer (`kind` "sft") or KTOTrainer ("kto") counting the non-pad tokens, the loss-carrying
     tokens and the positions its forward passes computed (pad included; a shared prefix once) of every batch it
-    trains on. `share_prefixes`: on CPUs, an SFT batch of several records runs through `shared_prefix_loss`."""
+    trains on. `share_prefixes`: on CPUs, an SFT batch of several records runs through `shared_prefix_loss`.
+    `packed_rows`: TRL's packed rows (`packing`) are batched as rows (`PackedRowsCollator`), not flattened into
+    one row as TRL does for FlashAttention's variable-length kernel."""
     import torch
 
     if kind == "sft":
@@ -26,7 +29,8 @@ def counting_trainer_class(kind: str = "sft", share_prefixes: bool = False):
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
             if kind == "sft":
-                self.data_collator = WeightedCollator(self.data_collator)
+                inner = PackedRowsCollator(self.processing_class.pad_token_id) if packed_rows else self.data_collator
+                self.data_collator = WeightedCollator(inner)
             self.seen_tokens = 0
             self.seen_completion_tokens = 0
             self.seen_positions = 0
@@ -56,6 +60,8 @@ def counting_trainer_class(kind: str = "sft", share_prefixes: bool = False):
             follow_threads()  # the threads an evaluation beside this training has given back (threads.py)
             if "attention_mask" in inputs:
                 self.seen_tokens += int(inputs["attention_mask"].sum())
+            elif packed_rows:
+                self.seen_tokens += packed_row_tokens(inputs["position_ids"])
             else:  # padding-free: one flattened row, no pad tokens (pad_to_multiple_of is None)
                 self.seen_tokens += int(inputs["input_ids"].numel())
             if "labels" in inputs:
@@ -146,6 +152,46 @@ def batch_records(inputs, key: str = "labels") -> list[tuple[list[int], list]]:
     starts = (inputs["position_ids"][0] == 0).nonzero().squeeze(-1).tolist() + [ids.shape[1]]
     row, lab = ids[0].tolist(), labels[0].tolist()
     return [(row[a:b], lab[a:b]) for a, b in zip(starts, starts[1:])]
+
+
+class PackedRowsCollator:
+    """TRL's packed rows (records packed into rows of up to `max_length` tokens, `seq_lengths` per row) as a batch
+    of rows: input ids right-padded with `pad_token_id`, labels -100 there and on every record's first token,
+    position ids restarting at 0 for each record and 0 on every pad, and no attention mask, so transformers builds
+    each row's block-diagonal causal mask from the position ids (`find_packed_sequence_indices`): a record attends
+    to itself only, and a pad (a lone position 0) to itself only. The loss is that of the records one by one: the
+    same loss-carrying tokens, over the same `num_items_in_batch` (tests/test_packing.py). TRL flattens a pass's
+    rows into one, which FlashAttention's variable-length kernel wants; SDPA would then build and compute one mask
+    over the whole pass, quadratic in its length."""
+
+    def __init__(self, pad_token_id: int) -> None:
+        self.pad_token_id = pad_token_id
+
+    def __call__(self, examples):
+        import torch
+
+        width = max(len(e["input_ids"]) for e in examples)
+        ids = torch.full((len(examples), width), self.pad_token_id, dtype=torch.long)
+        labels = torch.full((len(examples), width), -100, dtype=torch.long)
+        positions = torch.zeros((len(examples), width), dtype=torch.long)
+        for i, e in enumerate(examples):
+            n = len(e["input_ids"])
+            ids[i, :n] = torch.tensor(e["input_ids"])
+            labels[i, :n] = torch.tensor(e.get("labels", e["input_ids"]))
+            lengths = e.get("seq_lengths") or [n]
+            positions[i, :n] = torch.cat([torch.arange(k) for k in lengths])
+        labels[positions == 0] = -100  # a record's first token has no token of its own before it
+        return {"input_ids": ids, "labels": labels, "position_ids": positions}
+
+
+def packed_row_tokens(position_ids) -> int:
+    """The real tokens of a `PackedRowsCollator` batch: every position but the pads, which are lone 0s (a position
+    0 followed by another 0 or the row's end; a record has at least 2 tokens, a prompt's and a completion's)."""
+    import torch
+
+    zero = position_ids == 0
+    lone = zero & torch.cat([zero[:, 1:], torch.ones_like(zero[:, :1])], dim=1)
+    return int(position_ids.numel() - lone.sum())
 
 
 class WeightedCollator:
