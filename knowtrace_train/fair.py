@@ -394,8 +394,8 @@ def format_fair_table(rows: Sequence[FairRow], reference: str) -> str:
     best = best_rows(rows)
     ref = best[reference]
     out.append(f"Best stage against {reference}'s best ({ref.stage}, EM {ref.em.mean:.3f}) on the same questions "
-               f"({test} on EM; the best stages are picked on these questions, so p is optimistic; right in only one "
-               "of the two counts (seed, question) pairs):")
+               f"({test} on EM; the best stages are picked on these questions, so p is optimistic"
+               + ("; right in only one of the two counts (seed, question) pairs):" if seeds > 1 else "):"))
     for label, row in best.items():
         if row.vs_reference is None:
             continue
