@@ -72,6 +72,9 @@ class FairConfig:
         metadata={"help": "the dev file the runs' questions come from (question kinds, the mechanism statistics' "
                           "gold evidence)"})
     seed: int = field(default=0, metadata={"help": "seed of the bootstrap intervals and the paired tests"})
+    first: int | None = field(
+        default=None, metadata={"help": "read only the first N run folders of each label (e.g. 1: the first seed alone "
+                                        "while the others run); null: all"})
 
     def __post_init__(self) -> None:
         if not self.stages:
@@ -86,11 +89,13 @@ class FairConfig:
         for label, folders in self.runs.items():
             if isinstance(folders, list) and not folders:
                 raise ValueError(f"runs.{label}: an empty list of run folders")
+        if self.first is not None and self.first < 1:
+            raise ValueError(f"first must be at least 1 (or null: every folder), got {self.first}")
 
     def folders(self, label: str) -> list[str]:
         """The run folders (seeds) of a label."""
         f = self.runs[label]
-        return list(f) if isinstance(f, list) else [f]
+        return (list(f) if isinstance(f, list) else [f])[: self.first]
 
 
 def load_fair_config(path: str | Path | None = None, overrides: Sequence[str] = ()) -> FairConfig:

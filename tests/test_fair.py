@@ -188,6 +188,9 @@ def test_a_label_of_several_seeds_is_pooled(runs, tmp_path):
     path.write_text(yaml.safe_dump({"runs": seeds, "stages": STAGES}))
     cfg = load_config(FairConfig, path, [])
     assert cfg.folders("self_ask") == seeds["self_ask"]
+    assert load_config(FairConfig, path, ["--first", "1"]).folders("self_ask") == seeds["self_ask"][:1]
+    with pytest.raises(ConfigError, match="first must be at least 1"):
+        load_config(FairConfig, path, ["--first", "0"])
     rows = {(r.label, r.stage): r for r in fair_table(cfg)}
     one = {(r.label, r.stage): r for r in fair_table(_config(runs))}
     for key, r in rows.items():
