@@ -133,6 +133,9 @@ class FairRow:
     seed_scores: list[QuestionScores] = field(default_factory=list)
     #: each run's eval file
     paths: list[Path] = field(default_factory=list)
+    #: how the questions ended: {stop_reason: [questions, of them answered right (EM 1)]}, summed over the runs,
+    #: most frequent first (the engine's own words: "answered", "no_progress", "max_rounds", ...)
+    stops: dict[str, list[int]] = field(default_factory=dict)
 
     @property
     def seeds(self) -> int:
@@ -290,7 +293,7 @@ def fair_table(config: FairConfig) -> list[FairRow]:
     rows = []
     for label, rs in runs.items():
         for s in config.stages:
-            per_seed, mechs, secs = [], [], []
+            per_seed, mechs, secs, stops = [], [], [], []
             for r in rs:
                 path = files[r.where, s]
                 try:
@@ -302,7 +305,9 @@ def fair_table(config: FairConfig) -> list[FairRow]:
                     raise FairTableError(f"{r.where}: stage {s}: {path} holds {len(have & dev)} of the run's {len(dev)} "
                                          f"dev questions (questions.json) and {len(have - dev)} others")
                 per_seed.append(scores)
-                mechs.append(mechanism(r.strategy, read_trajectories(path), items))
+                trajs = list(read_trajectories(path))
+                mechs.append(mechanism(r.strategy, trajs, items))
+                stops.append(stop_reasons(trajs, scores))
                 secs.append(run_seconds(r, s))
             scores = mean_scores(per_seed)
             rows.append(FairRow(
@@ -312,10 +317,36 @@ def fair_table(config: FairConfig) -> list[FairRow]:
                 mechanism=pool_mechanism(mechs),
                 seconds={k: round(sum(x[k] for x in secs) / len(secs), 3) for k in secs[0]},
                 m0_is_base=s == "m0" and not any(r.m0_bootstrapped for r in rs),
-                seed_scores=per_seed, paths=[files[r.where, s] for r in rs]))
+                seed_scores=per_seed, paths=[files[r.where, s] for r in rs], stops=pool_stops(stops)))
     _pair_best(rows, config.reference, config.seed)
     _pair_steps(rows, config.seed)
     return rows
+
+
+def stop_reasons(trajs, scores: QuestionScores) -> dict[str, list[int]]:
+    """{stop_reason: [questions, right]} over the scored questions (`scores`; the first trajectory of a question
+    where a file holds two), most frequent first: how each question ended and which endings were right."""
+    em = dict(zip(scores.ids, scores.em))
+    out: dict[str, list[int]] = {}
+    seen: set[str] = set()
+    for t in trajs:
+        if t.question_id in em and t.question_id not in seen:
+            seen.add(t.question_id)
+            c = out.setdefault(t.stop_reason or "(none)", [0, 0])
+            c[0] += 1
+            c[1] += int(em[t.question_id] == 1.0)
+    return dict(sorted(out.items(), key=lambda kv: (-kv[1][0], kv[0])))
+
+
+def pool_stops(stops: Sequence[dict[str, list[int]]]) -> dict[str, list[int]]:
+    """Several runs' `stop_reasons` summed, most frequent first."""
+    out: dict[str, list[int]] = {}
+    for st in stops:
+        for k, (n, right) in st.items():
+            c = out.setdefault(k, [0, 0])
+            c[0] += n
+            c[1] += right
+    return dict(sorted(out.items(), key=lambda kv: (-kv[1][0], kv[0])))
 
 
 def pool_mechanism(stats: Sequence[dict[str, MechanismStat]]) -> dict[str, MechanismStat]:
@@ -408,6 +439,10 @@ def format_fair_table(rows: Sequence[FairRow], reference: str) -> str:
         out.append(f"- {label} {row.stage}: EM {row.em.mean:.3f}, {_em_diff_text(v)} vs {reference}, "
                    f"{p_text(v['em']['p_value'])} (n={v['n']}; only {reference} right: "
                    f"{v['only_a']}, only {label} right: {v['only_b']})")
+    out += ["", "How the questions ended (stop_reason: questions, of them right"
+            + (f"; summed over the {seeds} seeds" if seeds > 1 else "") + "):"]
+    for row in rows:
+        out.append(f"- {row.label} {row.stage}: " + ", ".join(f"{k} {n} ({right} right)" for k, (n, right) in row.stops.items()))
     out += ["", f"Each stage against the label's stage before it ({test} on EM; what that stage's training bought):"]
     for row in rows:
         if (v := row.vs_previous) is not None:
@@ -436,7 +471,8 @@ def fair_figures(rows: Sequence[FairRow], config: FairConfig) -> dict[str, Any]:
             "label": r.label, "method": r.method, "stage": r.stage, "m0_is_base": r.m0_is_base, "seeds": r.seeds,
             "eval": str(r.path) if len(r.paths) <= 1 else [str(x) for x in r.paths],
             "n": r.em.n, "em": _iv(r.em), "f1": _iv(r.f1), "by_kind": {k: _iv(v) for k, v in r.by_kind.items()},
-            "mechanism": {k: v.to_dict() for k, v in r.mechanism.items()}, "seconds": r.seconds, "best": r.best})
+            "mechanism": {k: v.to_dict() for k, v in r.mechanism.items()}, "seconds": r.seconds, "best": r.best,
+            "stops": {k: {"questions": n, "right": right} for k, (n, right) in r.stops.items()}})
     paired = []
     best = best_rows(rows)
     for label, row in best.items():

@@ -68,6 +68,16 @@ def test_the_fair_table_of_two_runs(runs):
         assert sum(iv.n for iv in r.by_kind.values()) == DEV_QUESTIONS and "bridge" in r.by_kind
         assert r.seconds["eval"] > 0 and r.path.name == "eval.jsonl"
         assert r.method == r.label and isinstance(r.mechanism, dict)
+        # how each question ended: every question once, the right ones the EM's numerator, read from the file
+        trajs = [json.loads(x) for x in r.path.read_text().splitlines() if x.strip()]
+        want = {}
+        for d in trajs:
+            want.setdefault(d["stop_reason"], [0, 0])
+            want[d["stop_reason"]][0] += 1
+            want[d["stop_reason"]][1] += int(float(d["em"]) == 1.0)
+        assert r.stops == want and list(r.stops.values()) == sorted(r.stops.values(), key=lambda c: -c[0])
+        assert sum(n for n, _ in r.stops.values()) == DEV_QUESTIONS
+        assert sum(right for _, right in r.stops.values()) == round(r.em.mean * DEV_QUESTIONS)
         if r.stage == "base":
             assert r.build_seconds == 0.0 and r.path.parent.name == "base"
         else:  # both runs bootstrap M0
@@ -94,6 +104,10 @@ def test_the_fair_table_of_two_runs(runs):
             only_b = sum(a == 0 and b == 1 for a, b in zip(before.scores.em, r.scores.em))
             assert r.vs_previous["only_b"] == only_b
     assert text.count("- knowtrace m0 vs base: ") == 1 and text.count("- self_ask iter_1 vs m0: ") == 1
+    ended = rows[0].stops
+    assert "How the questions ended" in text and ("- knowtrace base: " + ", ".join(
+        f"{k} {n} ({right} right)" for k, (n, right) in ended.items())) in text
+    assert figs["rows"][0]["stops"] == {k: {"questions": n, "right": right} for k, (n, right) in ended.items()}
     assert [(s["label"], s["previous"], s["stage"]) for s in figs["steps"]] == [
         (m, a, b) for m in ("knowtrace", "self_ask") for a, b in zip(STAGES, STAGES[1:])]
 
@@ -203,6 +217,10 @@ def test_a_label_of_several_seeds_is_pooled(runs, tmp_path):
             for name, stat in r.mechanism.items():
                 assert (stat.numerator, stat.denominator) == (2 * one[key].mechanism[name].numerator,
                                                               2 * one[key].mechanism[name].denominator)
+            assert r.stops == {k: [2 * n, 2 * right] for k, (n, right) in one[key].stops.items()}
+        # the stop reasons of the pooled runs are summed: every (seed, question) once, the right ones counted per seed
+        assert sum(n for n, _ in r.stops.values()) == 2 * DEV_QUESTIONS
+        assert sum(right for _, right in r.stops.values()) == sum(a.em) + sum(b.em)
     step = rows["self_ask", "iter_1"].vs_previous
     assert step["seeds"] == 2 and step["em"]["test"] == "sign_flip_over_questions"
     # the discordant pairs are summed over the seeds
