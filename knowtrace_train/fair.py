@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from knowtrace_train.compare import markdown_table, mechanism
+from knowtrace_train.compare import _selected, markdown_table, mechanism
 from knowtrace_train.config import load_config, read_yaml
 from knowtrace_train.errors import UserError
 from knowtrace_train.methods import METHODS
@@ -325,21 +325,15 @@ def fair_table(config: FairConfig) -> list[FairRow]:
 
 def stop_reasons(trajs, scores: QuestionScores) -> dict[str, list[int]]:
     """{stop_reason: [questions, right]} over the scored questions (`scores`; the first trajectory of a question
-    where a file holds two), most frequent first: how each question ended and which endings were right."""
+    where a file holds two, as `compare._selected` picks it), most frequent first: how each question ended and which
+    endings were right."""
     em = dict(zip(scores.ids, scores.em))
-    out: dict[str, list[int]] = {}
-    seen: set[str] = set()
-    for t in trajs:
-        if t.question_id in em and t.question_id not in seen:
-            seen.add(t.question_id)
-            c = out.setdefault(t.stop_reason or "(none)", [0, 0])
-            c[0] += 1
-            c[1] += int(em[t.question_id] == 1.0)
-    return dict(sorted(out.items(), key=lambda kv: (-kv[1][0], kv[0])))
+    return pool_stops([{t.stop_reason or "(none)": [1, int(em[t.question_id] == 1.0)]}
+                       for t in _selected(trajs, scores.ids)])
 
 
 def pool_stops(stops: Sequence[dict[str, list[int]]]) -> dict[str, list[int]]:
-    """Several runs' `stop_reasons` summed, most frequent first."""
+    """Several `stop_reasons` summed, most frequent first."""
     out: dict[str, list[int]] = {}
     for st in stops:
         for k, (n, right) in st.items():
