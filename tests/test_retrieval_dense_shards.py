@@ -40,7 +40,7 @@ def world_queries(n: int = 60) -> list[str]:
 @pytest.fixture(scope="module")
 def world(tmp_path_factory, encoder_dir):
     """The world corpus' first 1,100 passages (each encoded twice, so not all 2,413) as a store, its sharded index
-    (4 shards of 300, the last 200; search blocks of 200) and today's in-memory one."""
+    (4 shards: 3 of 300, the last of 200; search blocks of 200) and today's in-memory one."""
     cache = tmp_path_factory.mktemp("cache")
     corpus = cache / "corpus.jsonl"
     corpus.write_text("".join(line + "\n" for line in (ROOT / "corpus.jsonl").read_text().splitlines()[:1100]))
