@@ -184,6 +184,8 @@ class EvalSummary:
     #: questions; None where the method cannot tell
     evidence_supported: int | None = None
     evidence_supported_em: float | None = None
+    #: how the method explores (`exploration_shape`); None where its calls are not explorations and completions
+    exploration: dict[str, float] | None = None
 
     def figures(self) -> dict[str, Any]:
         """The uncertainty figures as JSON: em_interval, f1_interval (Interval fields), by_kind
@@ -195,6 +197,7 @@ class EvalSummary:
                 k: {"n": iv.n, "em": iv.mean, "interval": _interval_dict(iv)} for k, iv in self.by_kind.items()},
             "evidence_supported": self.evidence_supported,
             "evidence_supported_em": self.evidence_supported_em,
+            "exploration": self.exploration,
         }
 
     def headline(self) -> dict[str, Any]:
@@ -269,7 +272,31 @@ def summarize(
         by_kind=by_kind,
         evidence_supported=supported,
         evidence_supported_em=None if supported is None else supported / n,
+        exploration=exploration_shape(trajectories),
     )
+
+
+def exploration_shape(trajectories: Sequence[Trajectory]) -> dict[str, float] | None:
+    """How a model explores (the paper's Table 5 and the shape of its rounds): rounds a question (#Iter), retrieved
+    tokens a question (#Tok), guidance pairs an exploration that asks for knowledge, triplets a completion. None
+    where no call is an exploration with guidance pairs (a method of other calls)."""
+    def run(parsed: dict) -> int:  # the pairs the engine retrieved for (`max_pairs` cuts the rest)
+        n, pairs = parsed.get("pairs_run"), parsed.get("pairs") or ()
+        return min(n, len(pairs)) if isinstance(n, int) else len(pairs)
+
+    asked = [run(c.parsed) for t in trajectories for c in t.calls
+             if c.role == "explore" and isinstance(c.parsed, dict) and c.parsed.get("pairs")]
+    if not asked:
+        return None
+    done = [len(c.parsed.get("triplets") or ()) for t in trajectories for c in t.calls
+            if c.role == "complete" and isinstance(c.parsed, dict)]
+    n = len(trajectories)
+    return {
+        "rounds_per_question": round(sum(t.rounds for t in trajectories) / n, 4),
+        "retrieved_tokens_per_question": round(sum(t.retrieved_tokens for t in trajectories) / n, 1),
+        "pairs_per_round": round(sum(asked) / len(asked), 4),
+        "triplets_per_completion": round(sum(done) / len(done), 4) if done else 0.0,
+    }
 
 
 def evidence_check(strategy: StrategyConfig) -> Callable[[Trajectory], bool | None]:

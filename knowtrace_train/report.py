@@ -40,7 +40,7 @@ COLUMNS = (
 #: what a row says after its cells when the dev set is too small for an interval
 NO_INTERVAL = f"(n<{MIN_QUESTIONS_FOR_INTERVAL}: no interval)"
 #: the figures of a model's dev evaluation that summary.json keeps (beside em and f1)
-EVAL_FIGURES = ("em_interval", "f1_interval", "by_kind", "evidence_supported", "evidence_supported_em")
+EVAL_FIGURES = ("em_interval", "f1_interval", "by_kind", "evidence_supported", "evidence_supported_em", "exploration")
 
 
 def _fmt(v: Any, digits: int = 3) -> str:
@@ -128,6 +128,44 @@ def table_row(m: dict[str, Any]) -> str:
     return f"{row}  {marker}" if marker else row
 
 
+#: the exploration table's columns: how each model explores (its dev evaluation) and, for an iteration, why FA's
+#: tokens were filtered from its rollouts' correct trajectories (records.FA_PARTS) and how many of backtracing's
+#: records differ from STaR's inside a call
+SHAPE_COLUMNS = (
+    ("model", 5), ("rounds/q", 9), ("pairs/round", 11), ("triplets/compl", 14), ("retr tok/q", 10),
+    ("FA untraced", 11), ("unneeded pairs", 14), ("extra triplets", 14), ("both drop", 9), ("recs changed", 12),
+)
+
+
+def shape_row(m: dict[str, Any]) -> str:
+    """One row of the exploration table (`SHAPE_COLUMNS`); "-" where a figure does not apply."""
+    it = m.get("iteration")
+    shape = (m.get("eval") or {}).get("exploration") or {}
+    bt = m.get("rationale") or {}
+    parts = bt.get("fa_decomposed") or {}
+    recs = bt.get("backtrace_records") or {}
+    changed = recs.get("changed")
+    kept = (recs.get("whole") or 0) + (changed or 0)
+    cells = [
+        "base" if it == "base" else str(it),
+        _fmt(shape.get("rounds_per_question"), 2), _fmt(shape.get("pairs_per_round"), 2),
+        _fmt(shape.get("triplets_per_completion"), 2), _fmt(shape.get("retrieved_tokens_per_question"), 0),
+        *(_fmt(parts.get(k)) for k in ("untraceable", "unneeded_pairs", "extraneous_triplets", "dropped_by_both")),
+        "-" if changed is None else f"{changed}/{kept}",
+    ]
+    return "  ".join(c.rjust(w) for c, (_, w) in zip(cells, SHAPE_COLUMNS))
+
+
+def shape_table(metrics: Sequence[dict[str, Any]]) -> str | None:
+    """The exploration table (`shape_row` per model, in the run table's order); None where no model's evaluation
+    says how it explores (a method without guidance pairs)."""
+    if not any(((m.get("eval") or {}).get("exploration")) for m in metrics):
+        return None
+    order = lambda m: -1 if m.get("iteration") == "base" else int(m.get("iteration"))  # noqa: E731
+    header = "  ".join(name.rjust(w) for name, w in SHAPE_COLUMNS)
+    return "\n".join([header, *(shape_row(m) for m in sorted(metrics, key=order))])
+
+
 def run_table(metrics: Sequence[dict[str, Any]]) -> str:
     """The whole per-iteration table: the header, then one `table_row` per model, the raw base first, M0 and the
     iterations in order (whatever order their evaluations finished in)."""
@@ -174,6 +212,8 @@ def summarize_run(config, run_dir: Path, metrics: Sequence[dict[str, Any]]) -> d
             "vs_previous": m.get("vs_previous"),
             "fa_ratio": bt.get("fa_ratio"),
             "fa_by_role": bt.get("fa_by_role"),
+            "fa_decomposed": bt.get("fa_decomposed"),
+            "backtrace_records": bt.get("backtrace_records"),
             "rollout_correct": roll.get("correct"),
             "rollout_questions": roll.get("questions"),
             "rollout_trajectories": roll.get("trajectories", roll.get("questions")),

@@ -95,7 +95,8 @@ def test_no_chain_is_a_reason():
 def test_gold_records_parse_back_to_the_chain():
     res = gold_trajectory_records([WORLD_ITEM], WordOverlap(CORPUS), k=2)
     assert res.stats["trajectories"] == 1 and res.stats["skipped"] == {}
-    assert res.stats["backtrace_check"] == {"fa_ratio": 0.0, "backtraced": 1, "skipped": {}}
+    assert res.stats["backtrace_check"] == {"fa_ratio": 0.0, "backtraced": 1, "skipped": {}, "fa_decomposed": {
+        "untraceable": 0.0, "unneeded_pairs": 0.0, "extraneous_triplets": 0.0, "dropped_by_both": 0.0}}
     explore, complete = res.records_by_role["explore"], res.records_by_role["complete"]
     assert len(explore) == 4 and len(complete) == 3 and not res.records_by_role["answer"]
     assert [parse_exploration(r["completion"]).pairs for r in explore[:3]] == [[h.pair] for h in gold_chain(WORLD_ITEM)]

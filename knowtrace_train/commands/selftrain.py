@@ -41,7 +41,7 @@ from knowtrace_train.config import (
     read_yaml,
     run_recipe,
 )
-from knowtrace_train.report import headline, run_table, small_dev_note, table_header, table_row
+from knowtrace_train.report import headline, run_table, shape_table, small_dev_note, table_header, table_row
 from knowtrace_train.report_html import write_report
 from knowtrace_train.selftrain import SelfTrain
 from knowtrace_train.selftrain.config import SelfTrainConfig
@@ -106,6 +106,9 @@ def run_one(config: SelfTrainConfig, quiet: bool) -> dict:
         report = write_report([run.run_dir], run.run_dir / "report.html")
         sys.stderr.flush()  # the log's last lines before the table, on a terminal that shows both
         print(f"\n{run_table(rows)}", flush=True)
+        shapes = shape_table(rows)
+        if shapes:
+            print(f"\nhow each model explores (dev) and why FA filtered (rollouts):\n{shapes}", flush=True)
         note = small_dev_note(summary)
         if note:
             print(f"note: {note}", flush=True)

@@ -14,7 +14,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from knowtrace_train.data.facts import FACTS_FILE, Fact, write_facts
 from knowtrace_train.data.schema import Passage, QAItem
+from knowtrace_train.kg import Triplet
 from knowtrace_train.data.world_kb import RELATIONS, KnowledgeBase, build_kb, object_name
 from knowtrace_train.data.world_passages import write_passages
 from knowtrace_train.data.world_questions import QuestionMaker
@@ -34,6 +36,8 @@ class World:
     scale: float = 1.0
     #: the knowledge base behind it (entities and facts), for inspection and tests
     kb: KnowledgeBase | None = field(default=None, repr=False)
+    #: every fact a passage states, with that passage's id (facts.jsonl: what gold completions write)
+    facts: list[Fact] = field(default_factory=list, repr=False)
 
     def stats(self) -> dict:
         """Sizes and the (type, hops) distribution per split."""
@@ -60,6 +64,17 @@ def world_facts(kb: KnowledgeBase) -> list[tuple[str, str, str]]:
     return out
 
 
+def stated_facts(kb: KnowledgeBase, corpus: list[Passage], fact_passage: dict[tuple[int, str], int]) -> list[Fact]:
+    """Every fact of the world that a passage states, with that passage's id, in entity order."""
+    out = []
+    for e in kb.entities:
+        for name, value in e.facts.items():
+            i = fact_passage.get((e.index, name))
+            if i is not None:
+                out.append(Fact(Triplet(e.name, name, object_name(kb, RELATIONS[(e.kind, name)], value)), corpus[i].id))
+    return out
+
+
 def make_world(
     seed: int = 0,
     scale: float = 1.0,
@@ -77,13 +92,15 @@ def make_world(
     corpus, fact_passage = write_passages(kb, rng)
     maker = QuestionMaker(kb, corpus, fact_passage, rng, {"train": n_train, "dev": n_dev, "test": n_test})
     splits = {name: maker.make_split(name) for name in SPLITS}
-    return World(corpus=corpus, splits=splits, seed=seed, scale=scale, kb=kb)
+    return World(corpus=corpus, splits=splits, seed=seed, scale=scale, kb=kb,
+                 facts=stated_facts(kb, corpus, fact_passage))
 
 
 def write_world(world: World, out_dir: Path | str) -> None:
-    """Write out_dir/{train,dev,test}.jsonl (one QAItem per line) and out_dir/corpus.jsonl."""
+    """Write out_dir/{train,dev,test}.jsonl (one QAItem per line), out_dir/corpus.jsonl and out_dir/facts.jsonl."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     for name, items in world.splits.items():
         write_jsonl(out_dir / f"{name}.jsonl", (it.to_dict() for it in items))
     write_jsonl(out_dir / "corpus.jsonl", (p.to_dict() for p in world.corpus))
+    write_facts(out_dir / FACTS_FILE, world.facts)

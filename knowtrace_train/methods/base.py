@@ -183,11 +183,14 @@ class Method:
 
     def gold_records(self, config: StrategyConfig, items: Sequence[QAItem], retriever: Retriever, *,
                      fewshot: bool, require_support: bool, count_tokens: Callable[[str], int],
-                     iteration: int | None, make_generator: Callable[[], Any] | None = None) -> Rationale:
+                     iteration: int | None, make_generator: Callable[[], Any] | None = None,
+                     facts: Any = None) -> Rationale:
         """SFT records of the ideal trajectories the items' gold evidence implies (the bootstrap). `make_generator`
         builds the run's raw base model (a `Generator`, which the method closes) for a method whose gold labels
         measure what that model knows (MINTQA-dynamic's certainty); the others never build it. None: no model
-        is at hand (such a method then falls back to labels it can write without one, and says so)."""
+        is at hand (such a method then falls back to labels it can write without one, and says so). `facts`: the
+        facts the corpus states (data/facts.py's `FactIndex`), for a method whose gold writes what passages state
+        (KnowTrace); None: the items' own gold evidence."""
         raise ValueError(f"method {self.name!r} has no gold trajectories: set bootstrap.mode: never")
 
     def evidence_supported(self, traj: Trajectory, config: StrategyConfig) -> bool | None:

@@ -153,6 +153,19 @@ def checked_chain(item: QAItem, need: Sequence[str] = ()) -> list[Hop] | str:
     return chain
 
 
+def chain_rounds(hops: Sequence[Hop]) -> list[list[Hop]]:
+    """The hops grouped into the rounds a model exploring as the paper's does asks them in: a hop whose subject
+    is the object of an earlier hop comes in the round after that hop's, every other hop in the first round (a
+    comparison's two entities together; each branch of a chain one round deeper per hop). Within a round the
+    hops keep the chain's order."""
+    depth: list[int] = []
+    for i, h in enumerate(hops):
+        s = normalize_answer(h.pair.entity)
+        deps = [depth[j] for j in range(i) if normalize_answer(hops[j].triplet.object) == s]
+        depth.append(1 + max(deps) if deps else 1)
+    return [[h for h, d in zip(hops, depth) if d == r] for r in range(1, max(depth, default=0) + 1)]
+
+
 def triplet_sentence(t: Triplet) -> str:
     """A triplet as one sentence ("Zentor was founded by Odile Farrant.", "The director of Q is D.")."""
     words = t.relation.split()

@@ -112,6 +112,8 @@ def table_entry(m: dict[str, Any]) -> dict[str, Any]:
         "f1_text": em_cell(_num(ev.get("f1")), f1_iv if isinstance(f1_iv, dict) else None),
         "fa_ratio": _num(rat.get("fa_ratio")),
         "fa_by_role": {k: _num(v) for k, v in (rat.get("fa_by_role") or {}).items()},
+        "fa_decomposed": {k: _num(v) for k, v in (rat.get("fa_decomposed") or {}).items()},
+        "exploration": {k: _num(v) for k, v in (ev.get("exploration") or {}).items()},
         "records": m.get("sft_records") or {},
         "rollout": f"{roll.get('correct')}/{roll.get('questions')}" if roll else ("gold" if it == 0 else None),
         "seconds": secs,

@@ -154,12 +154,25 @@ class Bootstrap:
                 require_support=cfg.bootstrap.require_support, count_tokens=self.count_tokens, iteration=0,
                 # the raw base, built only by a method whose gold labels ask it (MINTQA-dynamic's certainty)
                 make_generator=lambda: self.build_generator(self.raw_base()),
+                facts=self._facts(),
             )
             self._write_records(folder, res.records_by_role)
             write_json(folder / "gold.json", res.stats)
             info = {"items": res.stats["items"], "trajectories": res.stats["trajectories"],
                     "skipped": res.stats["skipped"], "records": res.stats["records"]}
         return self.procs.broadcast(info)
+
+    def _facts(self):
+        """The facts the corpus states (`data.facts`, facts.jsonl beside the corpus file, else the gold evidence of
+        the bootstrap's and rollouts' questions): what gold completions write (data/facts.py)."""
+        from knowtrace_train.data.facts import load_facts
+
+        d = self.config.data
+        q = self.questions
+        corpus = d.corpus.path if d.corpus.source == "file" else None
+        facts = load_facts(d.facts, corpus, [*q.bootstrap, *q.rollout])
+        log.info("gold facts: %d from %s", len(facts), facts.source)
+        return facts
 
     def _merge(self, folder: Path, adapters: list[Path], entry=None, train_info=None) -> dict[str, Any]:
         """Merge the bootstrap adapters into the base (iter_0/model = M0); with a reuse `entry`, store M0

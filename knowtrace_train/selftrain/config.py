@@ -62,6 +62,12 @@ class DataConfig:
     dev: str = field(default="data/world/dev.jsonl", metadata={"help": "dev split file (evaluated after every model)"})
     format: str | None = field(default=None, metadata={"help": "file format for both (None: told from the content)"})
     corpus: CorpusConfig = field(default_factory=CorpusConfig, metadata={"help": "the passages retrieved from"})
+    facts: str | None = field(
+        default=None,
+        metadata={"help": "the facts the corpus states, one {subject, relation, object, passage_id} a line: what gold "
+                          "completions write (None: facts.jsonl beside the corpus file where there is one, else the "
+                          "gold evidence of the train questions; data/facts.py)"},
+    )
     train_questions: int | None = field(
         default=32,
         metadata={"help": "D, rollout questions per iteration (None: the whole train split after the bootstrap's and the calibration's)"},

@@ -495,6 +495,9 @@ class SelfTrain(Bootstrap, Calibration, Reuse, AdapterTraining, Evaluations):
             info = {k: st.get(k) for k in ("mode", "trajectories", "correct", "backtraced", "skipped", "fa_ratio",
                                             "tokens_all", "tokens_filtered", "records")}
             info["fa_by_role"] = {r: v.get("fa_ratio") for r, v in st.get("roles", {}).items()}
+            for key in ("fa_decomposed", "backtrace_records"):  # backtracing's (KnowTrace): why FA filtered
+                if key in st:
+                    info[key] = st[key]
             if "undesirable" in st:
                 info["undesirable"] = st["undesirable"]
             if "grpo" in st:

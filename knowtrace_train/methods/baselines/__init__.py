@@ -63,7 +63,7 @@ class BaselineMethod(Method):
 
     def gold_records(self, config: BaselineConfig, items: Sequence[QAItem], retriever: Retriever, *, fewshot: bool,
                      require_support: bool, count_tokens: Callable[[str], int], iteration: int | None,
-                     make_generator=None):
+                     make_generator=None, facts=None):
         """The records of the method's loop run on the items' gold chains (gold.py)."""
         from knowtrace_train.methods.baselines.gold import baseline_gold_records
 

@@ -42,7 +42,7 @@ class DoGMethod(Method):
         return config
 
     def gold_records(self, config: DoGConfig, items, retriever, *, fewshot: bool, require_support: bool,
-                     count_tokens, iteration, make_generator=None):
+                     count_tokens, iteration, make_generator=None, facts=None):
         """The records of DoG's loop walked along the items' gold chains over its graph (gold.py); the
         retriever is not read."""
         from knowtrace_train.methods.dog.gold import dog_gold_records

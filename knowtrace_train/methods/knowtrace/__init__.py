@@ -44,7 +44,7 @@ def backtrace_records(trajectories, items_by_id, *, strategy: KnowTraceConfig, c
 
     return backtrace_trajectories(trajectories, items_by_id, count_tokens=count_tokens, mode=mode,
                                   path_rule=strategy.path_rule, fewshot=fewshot, iteration=iteration, passages=passages,
-                                  undesirable=undesirable)
+                                  undesirable=undesirable, prompt_set=strategy.prompts)
 
 
 def star_records(trajectories, items_by_id, **kw):
@@ -92,12 +92,14 @@ class KnowTraceMethod(Method):
 
     def gold_records(self, config: KnowTraceConfig, items: Sequence[QAItem], retriever: Retriever, *, fewshot: bool,
                      require_support: bool, count_tokens: Callable[[str], int], iteration: int | None,
-                     make_generator=None):
+                     make_generator=None, facts=None):
         from knowtrace_train.methods.knowtrace.gold import gold_trajectory_records
 
         return gold_trajectory_records(items, retriever, k=config.passages, fewshot=fewshot, kg_format=config.kg_format,
                                        require_support=require_support, count_tokens=count_tokens, iteration=iteration,
-                                       prefill_judgement=config.prefill_judgement)
+                                       prefill_judgement=config.prefill_judgement, prompt_set=config.prompts,
+                                       facts=facts, noise=config.gold_noise, seed=config.seed,
+                                       max_pairs=config.max_pairs)
 
     def evidence_supported(self, traj: Trajectory, config: KnowTraceConfig) -> bool:
         """Correct, and backtracing finds the evidence subgraph in the trajectory's own graph: a path
@@ -137,7 +139,8 @@ class KnowTraceMethod(Method):
 
         if not config.prefill_judgement:
             return []
-        prompts, _ = gold_judgement_prompts(items, fewshot=config.fewshot.explore, kg_format=config.kg_format)
+        prompts, _ = gold_judgement_prompts(items, fewshot=config.fewshot.explore, kg_format=config.kg_format,
+                                            prompt_set=config.prompts)
         return [as_decision_prompt(p, config.roles.explore) for p in prompts]
 
     def threshold_decisions(self, config: KnowTraceConfig) -> frozenset[str]:

@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass, field
 
 from knowtrace_train.methods.base import StrategyConfig
-from knowtrace_train.methods.knowtrace.prompts import KG_FORMATS
+from knowtrace_train.methods.knowtrace.prompts import DEFAULT_PROMPT_SET, KG_FORMATS, PROMPT_SETS, check_prompt_set
 
 STRATEGY_NAME = "knowtrace"
 
@@ -57,6 +57,22 @@ class RoleConfig:
 
 
 @dataclass
+class GoldNoise:
+    """The noise the bootstrap's gold trajectories carry, so that M0 explores as the paper's raw model does
+    (methods/knowtrace/gold.py): unneeded pairs per exploration round and extraneous triplets per completion, each
+    an expected count (its whole part always, one more with the probability of its fraction)."""
+
+    pairs: float = field(default=0.0, metadata={"help": "unneeded guidance pairs a gold exploration round adds (expected count)"})
+    triplets: float = field(default=0.0, metadata={"help": "extraneous triplets a gold completion adds (expected count)"})
+
+    def __post_init__(self) -> None:
+        for name in ("pairs", "triplets"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+                raise ValueError(f"gold_noise.{name} must be a number >= 0, got {v!r}")
+
+
+@dataclass
 class KnowTraceConfig(StrategyConfig):
     """KnowTrace's settings (Algorithm 1, and backtracing's path rule for self-training)."""
 
@@ -68,8 +84,17 @@ class KnowTraceConfig(StrategyConfig):
     kg_format: str = field(
         default="triplets", metadata={"help": "how the graph is put into the exploration prompt: triplets, paths or text"}
     )
+    prompts: str = field(
+        default=DEFAULT_PROMPT_SET,
+        metadata={"help": f"the prompt set: {' or '.join(PROMPT_SETS)} (the paper's Figures 4 and 5 word for word; "
+                          "'short' shortens them for small models), docs/knowtrace.md"},
+    )
     max_pairs: int = field(default=5, metadata={"help": "guidance pairs kept per exploration (the first ones); 0 keeps all"})
     fewshot: FewShotConfig = field(default_factory=FewShotConfig, metadata={"help": "whether each prompt carries its exemplars"})
+    gold_noise: GoldNoise = field(
+        default_factory=GoldNoise,
+        metadata={"help": "the unneeded pairs and extraneous triplets of the bootstrap's gold trajectories"},
+    )
     max_new_tokens: MaxNewTokensConfig = field(
         default_factory=MaxNewTokensConfig, metadata={"help": "generation budget per call kind"}
     )
@@ -107,6 +132,7 @@ class KnowTraceConfig(StrategyConfig):
             raise ValueError(f"max_rounds must be >= 1, got {self.max_rounds}")
         if self.passages < 1:
             raise ValueError(f"passages must be >= 1, got {self.passages}")
+        check_prompt_set(self.prompts)
         if self.kg_format not in KG_FORMATS:
             raise ValueError(f"kg_format must be one of {list(KG_FORMATS)}, got {self.kg_format!r}")
         if self.judgement_threshold is not None:

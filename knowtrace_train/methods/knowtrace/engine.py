@@ -206,7 +206,7 @@ class KnowTrace:
             if not passages:
                 s.traj.meta["events"].append({"round": s.round, "pair": [p.entity, p.guidance], "event": "empty retrieval"})
                 continue
-            prompt = render_completion_prompt(p, passages, fewshot=cfg.fewshot.complete)
+            prompt = render_completion_prompt(p, passages, fewshot=cfg.fewshot.complete, prompt_set=cfg.prompts)
             jobs.append(_Job(s, COMPLETE, s.round, prompt, pair=p, passages=passages))
         size_before = {id(s): len(s.traj.graph.triplets) for s, _, _ in to_complete}
         calls, dt = self._generate(jobs)
@@ -257,6 +257,7 @@ class KnowTrace:
             fewshot=cfg.fewshot.explore,
             kg_format=cfg.kg_format,
             kg_text=s.kg_text,
+            prompt_set=cfg.prompts,
         )
 
     def _refresh_kg_text(self, states: list[_State]) -> float:
@@ -284,7 +285,7 @@ class KnowTrace:
         t0 = time.perf_counter()
         dt = self._refresh_kg_text(states) if cfg.kg_format == "text" else 0.0
         # the exploration prompt, its answer started with the judgement fixed to Yes and `Thought:`
-        jobs = [_Job(s, ANSWER, s.round, self._exploration_prompt(s), prefill=answer_prefix()) for s in states]
+        jobs = [_Job(s, ANSWER, s.round, self._exploration_prompt(s), prefill=answer_prefix(cfg.prompts)) for s in states]
         calls, gen_dt = self._generate(jobs)
         dt += gen_dt
         for job, call in zip(jobs, calls):

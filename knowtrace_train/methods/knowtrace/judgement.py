@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
 from knowtrace_train.data.schema import QAItem
-from knowtrace_train.methods.gold_chain import checked_chain
+from knowtrace_train.methods.gold_chain import chain_rounds, checked_chain
 from knowtrace_train.methods.knowtrace.config import EXPLORE
 from knowtrace_train.methods.knowtrace.outputs import JUDGEMENT, SUFFICIENCY
 from knowtrace_train.metrics import normalize_answer, question_kind
@@ -30,16 +30,17 @@ class JudgementPrompt:
 
     item_id: str
     kind: str | None  # "bridge", "comparison" or None
-    hop: int  # hops already in the graph
+    hop: int  # rounds of hops already in the graph
     prompt: str
     label: str  # YES or NO
 
 
-def gold_judgement_prompts(items: Iterable[QAItem], *, fewshot: bool = True, kg_format: str = "triplets"
-                           ) -> tuple[list[JudgementPrompt], dict[str, int]]:
-    """Per item with a gold chain of n hops, its n + 1 exploration prompts as a gold trajectory shows them: the
-    graph holding the first h hops' triplets (h = 0..n), labelled No for h < n and Yes for h = n. The passages are
-    not needed (an exploration prompt shows the graph only). Items without a chain are counted per reason."""
+def gold_judgement_prompts(items: Iterable[QAItem], *, fewshot: bool = True, kg_format: str = "triplets",
+                           prompt_set: str = "short") -> tuple[list[JudgementPrompt], dict[str, int]]:
+    """Per item with a gold chain asked in n rounds (`chain_rounds`), its n + 1 exploration prompts as a gold
+    trajectory shows them: the graph holding the hops of the first h rounds (h = 0..n), labelled No for h < n and
+    Yes for h = n. The passages are not needed (an exploration prompt shows the graph only). Items without a chain
+    are counted per reason."""
     import knowtrace_train.methods.knowtrace.prompts as prompts
 
     out: list[JudgementPrompt] = []
@@ -49,10 +50,12 @@ def gold_judgement_prompts(items: Iterable[QAItem], *, fewshot: bool = True, kg_
         if isinstance(chain, str):
             skipped[chain] += 1
             continue
-        for h in range(len(chain) + 1):
-            text = prompts.render_exploration_prompt(it.question, [hop.triplet for hop in chain[:h]], fewshot=fewshot,
-                                                     kg_format=kg_format)
-            out.append(JudgementPrompt(it.id, question_kind(it), h, text, YES if h == len(chain) else NO))
+        rounds = chain_rounds(chain)
+        for h in range(len(rounds) + 1):
+            shown = [hop.triplet for r in rounds[:h] for hop in r]
+            text = prompts.render_exploration_prompt(it.question, shown, fewshot=fewshot, kg_format=kg_format,
+                                                     prompt_set=prompt_set)
+            out.append(JudgementPrompt(it.id, question_kind(it), h, text, YES if h == len(rounds) else NO))
     return out, dict(sorted(skipped.items()))
 
 

@@ -89,7 +89,7 @@ class MintQADecomposingMethod(MintQAMethod):
         super().__init__(name)
 
     def gold_records(self, config: MintQADecomposeConfig, items, retriever, *, fewshot: bool, require_support: bool,
-                     count_tokens, iteration, make_generator=None):
+                     count_tokens, iteration, make_generator=None, facts=None):
         """The records of the engine run on the items' gold chains (gold.py); the dynamic strategy's certainty is
         what the raw model (`make_generator`) answers right, every hop uncertain without one."""
         from knowtrace_train.methods.mintqa.gold import mintqa_gold_records

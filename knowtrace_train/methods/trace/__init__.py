@@ -59,7 +59,7 @@ class TraceMethod(Method):
 
     def gold_records(self, config: TraceConfig, items: Sequence[QAItem], retriever: Retriever, *, fewshot: bool,
                      require_support: bool, count_tokens: Callable[[str], int], iteration: int | None,
-                     make_generator=None):
+                     make_generator=None, facts=None):
         """The records of TRACE's engine run with the gold decisions on the items' gold chains (gold.py)."""
         from knowtrace_train.methods.trace.gold import trace_gold_records
 

@@ -70,7 +70,9 @@
     if (!run.rows.length) return h("p", { class: "empty" }, run.kind === "file" ? "A trajectory file: no per-iteration table." : "No iteration has finished yet: no table.");
     const roles = [...new Set(run.rows.flatMap((r) => Object.keys(r.fa_by_role || {})))];
     const recRoles = [...new Set(run.rows.flatMap((r) => Object.keys(r.records || {})))];
-    const head = ["model", "dev EM [95% CI]", "dev F1 [95% CI]", "EM vs M0", "rollouts correct", "FA", ...roles.map((r) => "FA " + r), ...recRoles.map((r) => "records " + r), "seconds"];
+    const parts = [...new Set(run.rows.flatMap((r) => Object.keys(r.fa_decomposed || {})))];
+    const shape = [...new Set(run.rows.flatMap((r) => Object.keys(r.exploration || {})))];
+    const head = ["model", "dev EM [95% CI]", "dev F1 [95% CI]", "EM vs M0", "rollouts correct", "FA", ...roles.map((r) => "FA " + r), ...parts.map((p) => "FA " + p.replace(/_/g, " ")), ...shape.map((k) => k.replace(/_/g, " ")), ...recRoles.map((r) => "records " + r), "seconds"];
     const body = run.rows.map((r) => h("tr", {},
       h("td", {}, r.label, r.status && r.status !== "trained" ? ` (${r.status})` : ""),
       h("td", { class: "num", title: r.interval_note || "" }, r.em_text + (r.interval_note ? " *" : "")),
@@ -79,6 +81,8 @@
       h("td", { class: "num" }, r.rollout || "-"),
       h("td", { class: "num" }, fmt(r.fa_ratio)),
       roles.map((k) => h("td", { class: "num" }, fmt((r.fa_by_role || {})[k]))),
+      parts.map((k) => h("td", { class: "num" }, fmt((r.fa_decomposed || {})[k]))),
+      shape.map((k) => h("td", { class: "num" }, fmt((r.exploration || {})[k]))),
       recRoles.map((k) => h("td", { class: "num" }, fmt((r.records || {})[k], 0))),
       h("td", { class: "num", title: Object.entries(r.seconds).map(([k, v]) => `${k} ${v}s`).join(", ") }, fmt(r.seconds_total, 0))));
     const starred = run.rows.some((r) => r.interval_note);

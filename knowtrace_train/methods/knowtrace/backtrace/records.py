@@ -46,13 +46,32 @@ from knowtrace_train.methods.knowtrace.backtrace.paths import (
 )
 from knowtrace_train.methods.knowtrace.backtrace.training_prompts import PromptOptions, training_prompt
 from knowtrace_train.decisions import mark_decision
-from knowtrace_train.methods.knowtrace.config import DEFAULT_PATH_RULE, EXPLORE, PATH_RULES, RECORD_KINDS
+from knowtrace_train.methods.knowtrace.config import COMPLETE, DEFAULT_PATH_RULE, EXPLORE, PATH_RULES, RECORD_KINDS
 from knowtrace_train.methods.knowtrace.outputs import SUFFICIENCY, judgement_span
 from knowtrace_train.trajectory import Trajectory, is_correct, split_prefix
 
 log = logging.getLogger(__name__)
 
 MODES = ("backtrace", "star")
+
+#: Why FA's tokens are filtered: the correct trajectory cannot be traced (no evidence subgraph: every call
+#: dropped); inside a traced one, unneeded guidance pairs (exploration tokens backtracing's pair filter drops) and
+#: extraneous triplets (completion tokens its triplet filter drops), the paper's noise; calls both modes drop
+#: (a forced answer contradicting the trajectory's own judgement, an output the parser could not read).
+FA_PARTS = ("untraceable", "unneeded_pairs", "extraneous_triplets", "dropped_by_both")
+
+
+def fa_part(fc: FilteredCall, traced: bool) -> str:
+    """Which of FA_PARTS a filtered call's filtered tokens belong to."""
+    if not traced:
+        return "untraceable"
+    if fc.full_output is None:
+        return "dropped_by_both"
+    if fc.role == EXPLORE:
+        return "unneeded_pairs"
+    if fc.role == COMPLETE:
+        return "extraneous_triplets"
+    return "dropped_by_both"
 
 
 # -- the public entry point ------------------------------------------------------------------
@@ -140,6 +159,7 @@ def backtrace_trajectories(
     iteration: int | None = None,
     passages: Mapping[str, Passage] | None = None,
     undesirable: Iterable[str] = (),
+    prompt_set: str = "short",
 ) -> BacktraceResult:
     """Algorithm 2, lines 6-11: keep the correct trajectories, backtrace each, filter its
     generations (mode "backtrace") or keep them all (mode "star"), and write SFT records
@@ -166,7 +186,7 @@ def backtrace_trajectories(
     items_by_id = items_by_id or {}
     if passages is None:
         passages = {p.id: p for it in items_by_id.values() for p in it.context}
-    opts = PromptOptions(fewshot=fewshot, rerender=rerender, kg_format=kg_format)
+    opts = PromptOptions(fewshot=fewshot, rerender=rerender, kg_format=kg_format, prompt_set=prompt_set)
     records: dict[str, list[dict[str, Any]]] = {r: [] for r in RECORD_KINDS}
     roles = {r: RoleStats() for r in RECORD_KINDS}
     reasons: dict[str, int] = defaultdict(int)
@@ -176,6 +196,9 @@ def backtrace_trajectories(
     graph_triplets = evidence_triplets = 0
     unwanted: dict[str, dict[str, int]] = {r: {s: 0 for s in sorted(undesirable)} for r in RECORD_KINDS}
     unwanted_skipped: dict[str, int] = defaultdict(int)
+    # FA's filtered tokens by why (FA_PARTS) and the records backtracing keeps whole or changes inside a call
+    fa_parts = dict.fromkeys(FA_PARTS, 0)
+    kept_whole = kept_changed = 0
 
     def record(fc: FilteredCall, traj: Trajectory, prompt: str, text: str, label: bool) -> dict[str, Any]:
         # the prefix the engine fed is prompt-side: the loss goes on what the model wrote after it
@@ -244,9 +267,12 @@ def backtrace_trajectories(
         star_ok = not leak  # never train on a rationale that needs the hint
         for fc in filtered:
             roles[fc.role].add(fc)
+            fa_parts[fa_part(fc, bt.ok)] += fc.tokens_filtered
             if bt.ok:
                 ok_all += fc.tokens_all
                 ok_filtered += fc.tokens_filtered
+                kept_whole += int(fc.kept and fc.items_kept == fc.items_all)
+                kept_changed += int(fc.kept and fc.items_kept < fc.items_all)
             target = fc.full_output if star else fc.output
             if bt.ok and not star and target is None and "filtered" in undesirable:
                 add_undesirable(fc, traj, question, "filtered")
@@ -279,6 +305,12 @@ def backtrace_trajectories(
         "fa_ratio": tokens_filtered / tokens_all if tokens_all else 0.0,
         # the same ratio over the trajectories that backtraced (skipped ones count as all filtered above)
         "fa_ratio_backtraced": ok_filtered / ok_all if ok_all else 0.0,
+        # the FA ratio by why the tokens are filtered; the parts add up to fa_ratio
+        "fa_decomposed": {k: v / tokens_all if tokens_all else 0.0 for k, v in fa_parts.items()},
+        "tokens_filtered_by_part": fa_parts,
+        # backtracing's records of traced trajectories: as STaR writes them, or changed inside the call (pairs or
+        # triplets filtered out): the records where the two modes differ by more than which records they keep
+        "backtrace_records": {"whole": kept_whole, "changed": kept_changed},
         "roles": {r: s.to_dict() for r, s in roles.items()},
         "records": {r: len(v) for r, v in records.items()},
         "prompt_unavailable": prompt_unavailable,

@@ -1,8 +1,9 @@
 """Prompt rendering for knowledge exploration, completion, the forced answer and KG-to-Text.
 
-The templates follow the paper's Appendix D (shortened for small models); the instructions
-and the 4 few-shot exemplars of each prompt are data files beside this module
-(explore.yaml, complete.yaml, kg_to_text.yaml). Exemplar outputs are rendered with
+Two prompt sets (`PROMPT_SETS`, the strategy's `prompts`): "short", the paper's Appendix D templates
+shortened for small models (explore.yaml, complete.yaml beside this module), and "paper", the
+instructions of the paper's Figures 4 and 5 word for word (paper/explore.yaml, paper/complete.yaml);
+both carry 4 few-shot exemplars written for this project, and share kg_to_text.yaml. Exemplar outputs are rendered with
 `knowtrace_train.methods.knowtrace.outputs`, the same texts the parser reads back and SFT targets write.
 `fewshot=False` renders the same prompt without the exemplars (for trained adapters).
 """
@@ -47,6 +48,12 @@ class PromptFileError(UserError, ValueError):
     label = "prompt file error"
 
 
+#: The prompt sets: "short" (the Appendix D templates shortened for small models) and "paper" (the paper's own
+#: instructions, word for word). docs/knowtrace.md says how they differ.
+PROMPT_SETS = ("short", "paper")
+DEFAULT_PROMPT_SET = "short"
+
+
 @dataclass(frozen=True)
 class _Templates:
     explore: dict[str, Any]
@@ -54,8 +61,9 @@ class _Templates:
     kg_to_text: dict[str, Any]
 
 
-def _load(name: str, required: Sequence[str]) -> dict[str, Any]:
-    path = PROMPT_DIR / name
+def _load(name: str, required: Sequence[str], prompt_set: str = DEFAULT_PROMPT_SET) -> dict[str, Any]:
+    path = PROMPT_DIR / name if prompt_set == DEFAULT_PROMPT_SET or name == "kg_to_text.yaml" \
+        else PROMPT_DIR / prompt_set / name
     with path.open(encoding="utf-8") as f:
         data = yaml.safe_load(f)
     if not isinstance(data, dict):
@@ -68,12 +76,20 @@ def _load(name: str, required: Sequence[str]) -> dict[str, Any]:
     return data
 
 
-@functools.lru_cache(maxsize=1)
-def templates() -> _Templates:
+def check_prompt_set(prompt_set: str) -> str:
+    if prompt_set not in PROMPT_SETS:
+        raise ValueError(f"prompts must be one of {list(PROMPT_SETS)}, got {prompt_set!r}")
+    return prompt_set
+
+
+@functools.lru_cache(maxsize=len(PROMPT_SETS))
+def templates(prompt_set: str = DEFAULT_PROMPT_SET) -> _Templates:
+    """The templates of one prompt set."""
+    check_prompt_set(prompt_set)
     return _Templates(
-        explore=_load("explore.yaml", ("instruction", "kg_notes", "answer_prefix", "exemplars")),
-        complete=_load("complete.yaml", ("instruction", "exemplars")),
-        kg_to_text=_load("kg_to_text.yaml", ("instruction", "exemplars")),
+        explore=_load("explore.yaml", ("instruction", "kg_notes", "answer_prefix", "exemplars"), prompt_set),
+        complete=_load("complete.yaml", ("instruction", "exemplars"), prompt_set),
+        kg_to_text=_load("kg_to_text.yaml", ("instruction", "exemplars"), prompt_set),
     )
 
 
@@ -112,8 +128,8 @@ def _exploration_output(out: dict[str, Any]) -> str:
     return outputs.exploration_guidance(GuidancePair(str(e), str(g)) for e, g in out["pairs"])
 
 
-def _exploration_head(fewshot: bool, kg_format: str) -> str:
-    t = templates().explore
+def _exploration_head(fewshot: bool, kg_format: str, prompt_set: str = DEFAULT_PROMPT_SET) -> str:
+    t = templates(prompt_set).explore
     parts = [t["instruction"]]
     if kg_format != "triplets":
         parts.append(t["kg_notes"][kg_format])
@@ -135,19 +151,20 @@ def render_exploration_prompt(
     fewshot: bool = True,
     kg_format: str = "triplets",
     kg_text: str | None = None,
+    prompt_set: str = DEFAULT_PROMPT_SET,
 ) -> str:
     """I_exp(q, G): instruction, exemplars, the question and the graph so far. The model's
     output starts with the judgement line (`outputs.JUDGEMENT`)."""
     kg = render_kg(triplets, kg_format, kg_text)
-    return f"{_exploration_head(fewshot, kg_format)}{QUESTION} {question.strip()}\n{KG_HEADER}\n{kg}\n"
+    return f"{_exploration_head(fewshot, kg_format, prompt_set)}{QUESTION} {question.strip()}\n{KG_HEADER}\n{kg}\n"
 
 
-def answer_prefix() -> str:
+def answer_prefix(prompt_set: str = DEFAULT_PROMPT_SET) -> str:
     """How the forced answering call starts its answer: the judgement fixed to Yes, then
     `Thought:`. The call sends the exploration prompt with this as the response prefix
     (`GenerationRequest.prefix`), so the model writes only the thought and the answer; the
     recorded output starts with it."""
-    return templates().explore["answer_prefix"]
+    return templates(prompt_set).explore["answer_prefix"]
 
 
 def render_passage(passage: Passage) -> str:
@@ -162,10 +179,11 @@ def _completion_block(pair: GuidancePair, documents: Sequence[str]) -> str:
     return f"{DOCUMENTS}\n{docs}\n{PAIR_HEADER}\n{pair.render()}\n{TRIPLETS_HEADER}\n"
 
 
-def render_completion_prompt(pair: GuidancePair, passages: Sequence[Passage], *, fewshot: bool = True) -> str:
+def render_completion_prompt(pair: GuidancePair, passages: Sequence[Passage], *, fewshot: bool = True,
+                             prompt_set: str = DEFAULT_PROMPT_SET) -> str:
     """I_com(e, r, C): instruction, exemplars, the retrieved documents and the guidance pair.
     The model's output is one `(subject; relation; object)` per line."""
-    t = templates().complete
+    t = templates(prompt_set).complete
     parts = [t["instruction"] + "\n\n"]
     if fewshot:
         for ex in t["exemplars"]:
@@ -188,9 +206,9 @@ def render_kg_to_text_prompt(triplets: Sequence[Triplet], *, fewshot: bool = Tru
     return "".join(parts)
 
 
-def exemplar_names() -> set[str]:
-    """Every entity name the exemplars use (to check they stay clear of evaluation data)."""
-    t = templates()
+def exemplar_names(prompt_set: str = DEFAULT_PROMPT_SET) -> set[str]:
+    """Every entity name the exemplars of a prompt set use (to check they stay clear of evaluation data)."""
+    t = templates(prompt_set)
     names: set[str] = set()
     for ex in t.explore["exemplars"]:
         names.update(str(x) for tr in ex["triplets"] for x in (tr[0], tr[2]))
