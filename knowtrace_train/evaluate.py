@@ -243,7 +243,7 @@ def summarize(
     `evidence_supported` (None from it, or no `evidence`, leaves the evidence-supported EM None).
     Intervals are seeded percentile bootstraps (`metrics.bootstrap_interval`, seed `seed`)."""
     n = len(trajectories)
-    scores = [score(t.prediction, t.answers) for t in trajectories]
+    scores = [score(t.prediction, t.answers, dataset=t.dataset) for t in trajectories]
     agg = aggregate(scores)
     unusable: Counter[str] = Counter(c.role for t in trajectories for c in t.calls if c.error)
     em = [s["em"] for s in scores]
@@ -376,7 +376,7 @@ def evaluate(
         bar = _progress(len(todo), progress)
 
         def finished(t: Trajectory) -> None:
-            s = score(t.prediction, t.answers)
+            s = score(t.prediction, t.answers, dataset=t.dataset)
             t.em, t.f1 = s["em"], s["f1"]
             t.meta.setdefault("dataset_path", config.dataset.path)
             if config.output:

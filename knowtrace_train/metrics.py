@@ -1,8 +1,18 @@
 """Answer scores: the official HotpotQA normalisation, EM and F1, MINTQA's accuracy, their means and their uncertainty.
 
-`normalize_answer`, `exact_match` and `f1` follow the official HotpotQA evaluation script
-(hotpot_evaluate_v1.py), the same rules SQuAD, 2WikiMultihopQA and MuSiQue use, including its
-special case: when either normalised side is "yes", "no" or "noanswer" and the two differ, F1 is 0.
+`normalize_answer` and `exact_match` are the official rules of HotpotQA (hotpot_evaluate_v1.py),
+2WikiMultihopQA (2wikimultihop_evaluate_v1.1.py) and MuSiQue (metrics/answer.py): the same
+normalisation. F1 differs by benchmark (`f1_precision_recall`'s `rules`):
+
+- ``"hotpotqa"`` (HotpotQA's and 2Wiki's scripts; the default): when either normalised side is
+  "yes", "no" or "noanswer" and the two differ, F1 is 0; two sides that normalise to nothing score 0.
+- ``"musique"`` (MuSiQue's own metric, SQuAD's `compute_f1`): no yes/no rule; where either side
+  normalises to nothing, F1 is 1 if both do, else 0.
+
+`score(..., dataset=)` picks the rules from the item's dataset ("musique" -> MuSiQue's, anything
+else -> HotpotQA's). 2Wiki's v1.1 script also scores against the aliases and demonyms of the
+answer's Wikidata id (`id_aliases.json`): the 2Wiki reader puts them into the item's answers, so the
+maximum over answers below is that script's rule.
 
 `accuracy` is MINTQA's metric (its §4.2): does the gold answer appear in the predicted text.
 Here both sides are normalised first and the gold must appear as whole tokens, so "no" does not
@@ -52,14 +62,29 @@ def exact_match(prediction: str, gold: str) -> float:
     return float(normalize_answer(prediction) == normalize_answer(gold))
 
 
-def f1_precision_recall(prediction: str, gold: str) -> tuple[float, float, float]:
-    """Token-level (F1, precision, recall) of the normalised strings, with the yes/no/noanswer rule."""
+#: F1 rules by benchmark (see the module's doc): HotpotQA's and 2Wiki's scripts, or MuSiQue's
+F1_RULES = ("hotpotqa", "musique")
+
+
+def f1_rules(dataset: str | None) -> str:
+    """The F1 rules a benchmark's official script uses: "musique" for MuSiQue, else "hotpotqa"."""
+    return "musique" if isinstance(dataset, str) and dataset.strip().lower() == "musique" else "hotpotqa"
+
+
+def f1_precision_recall(prediction: str, gold: str, *, rules: str = "hotpotqa") -> tuple[float, float, float]:
+    """Token-level (F1, precision, recall) of the normalised strings under `rules` (see `F1_RULES`)."""
+    if rules not in F1_RULES:
+        raise ValueError(f"f1 rules must be one of {', '.join(F1_RULES)}, got {rules!r}")
     pred = normalize_answer(prediction)
     ref = normalize_answer(gold)
-    if (pred in _YES_NO or ref in _YES_NO) and pred != ref:
-        return 0.0, 0.0, 0.0
     pred_tokens = pred.split()
     ref_tokens = ref.split()
+    if rules == "musique":
+        if not pred_tokens or not ref_tokens:
+            agree = float(pred_tokens == ref_tokens)
+            return agree, agree, agree
+    elif (pred in _YES_NO or ref in _YES_NO) and pred != ref:
+        return 0.0, 0.0, 0.0
     same = sum((Counter(pred_tokens) & Counter(ref_tokens)).values())
     if same == 0:
         return 0.0, 0.0, 0.0
@@ -68,9 +93,9 @@ def f1_precision_recall(prediction: str, gold: str) -> tuple[float, float, float
     return 2 * precision * recall / (precision + recall), precision, recall
 
 
-def f1(prediction: str, gold: str) -> float:
-    """Token-level F1 of the normalised strings (official HotpotQA rules)."""
-    return f1_precision_recall(prediction, gold)[0]
+def f1(prediction: str, gold: str, *, rules: str = "hotpotqa") -> float:
+    """Token-level F1 of the normalised strings (HotpotQA's rules, or MuSiQue's with rules="musique")."""
+    return f1_precision_recall(prediction, gold, rules=rules)[0]
 
 
 def accuracy(prediction: str, gold: str) -> float:
@@ -85,8 +110,9 @@ def accuracy(prediction: str, gold: str) -> float:
     return float(f" {ref} " in f" {pred} ")
 
 
-def score(prediction: str | None, answers: Sequence[str] | str) -> dict[str, float]:
-    """{"em", "f1", "acc"} of one prediction, each the maximum over the gold answers.
+def score(prediction: str | None, answers: Sequence[str] | str, *, dataset: str | None = None) -> dict[str, float]:
+    """{"em", "f1", "acc"} of one prediction, each the maximum over the gold answers; F1 under the
+    rules of `dataset`'s official script (`f1_rules`: MuSiQue's for "musique", else HotpotQA's).
 
     A missing prediction (None: the method gave no answer) scores zero on all three."""
     golds = (answers,) if isinstance(answers, str) else tuple(answers)
@@ -96,7 +122,7 @@ def score(prediction: str | None, answers: Sequence[str] | str) -> dict[str, flo
         return {"em": 0.0, "f1": 0.0, "acc": 0.0}
     return {
         "em": max(exact_match(prediction, g) for g in golds),
-        "f1": max(f1(prediction, g) for g in golds),
+        "f1": max(f1(prediction, g, rules=f1_rules(dataset)) for g in golds),
         "acc": max(accuracy(prediction, g) for g in golds),
     }
 

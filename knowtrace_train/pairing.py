@@ -34,7 +34,7 @@ def read_question_scores(path: str | Path) -> QuestionScores:
         try:
             qid = str(d["question_id"])
             if d.get("em") is None or d.get("f1") is None:
-                s = score(d.get("prediction"), d["answers"])
+                s = score(d.get("prediction"), d["answers"], dataset=d.get("dataset"))
                 e, f = s["em"], s["f1"]
             else:
                 e, f = float(d["em"]), float(d["f1"])

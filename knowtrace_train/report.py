@@ -496,7 +496,7 @@ def breakdown(trajectories: Sequence[Any], items_by_id: Any, *, seed: int = 0) -
     if missing:
         raise ValueError(f"breakdown: {len(missing)} trajectories have no item in the dataset (first: {missing[0]!r})")
     items = [items_by_id[t.question_id] for t in trajectories]
-    scores = [score(t.prediction, t.answers) for t in trajectories]
+    scores = [score(t.prediction, t.answers, dataset=t.dataset) for t in trajectories]
     familiarity = [familiarity_share(it) for it in items]
     kinds = [question_kind(it) for it in items]
     n = len(trajectories)

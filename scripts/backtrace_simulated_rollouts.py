@@ -129,7 +129,7 @@ def main(argv: list[str] | None = None) -> None:
     ret = build_retriever(RetrieverConfig(backend="bm25"), corpus)
     trajs = KnowTrace(KnowTraceConfig(max_rounds=6, passages=a.passages)).run(items, model, ret)
     for t in trajs:
-        s = score(t.prediction, t.answers)
+        s = score(t.prediction, t.answers, dataset=t.dataset)
         t.em, t.f1 = s["em"], s["f1"]
     write_jsonl(a.output, [t.to_dict() for t in trajs])
     print(f"{len(trajs)} simulated trajectories -> {a.output}; EM {sum(t.em for t in trajs) / max(len(trajs), 1):.3f}")

@@ -76,6 +76,31 @@ def test_f1_yes_no_equal_is_one():
     assert f1("Yes.", "yes") == 1.0
 
 
+def test_musique_f1_has_no_yes_no_rule_and_scores_two_empty_sides_one():
+    # MuSiQue's metrics/answer.py (SQuAD's compute_f1): plain token overlap, no yes/no rule
+    assert f1("yes it is", "yes", rules="musique") == pytest.approx(0.5)
+    assert f1("no way", "no", rules="musique") == pytest.approx(2 / 3)
+    assert f1("yes", "no", rules="musique") == 0.0
+    assert f1("the", "a", rules="musique") == 1.0 and f1("the", "a") == 0.0  # both normalise to nothing
+    assert f1("", "Obama", rules="musique") == 0.0
+    # score picks the rules from the item's dataset; EM and acc are the same under both
+    assert score("yes it is", ["yes"], dataset="musique") == {"em": 0.0, "f1": pytest.approx(0.5), "acc": 1.0}
+    assert score("yes it is", ["yes"], dataset="hotpotqa")["f1"] == 0.0
+    assert score("yes it is", ["yes"], dataset="2wikimultihopqa")["f1"] == 0.0
+    assert score("yes it is", ["yes"])["f1"] == 0.0
+    with pytest.raises(ValueError, match="f1 rules must be one of hotpotqa, musique"):
+        f1("a", "b", rules="squad")
+
+
+@given(st.text(max_size=30), st.text(max_size=30))
+def test_musique_f1_equals_hotpotqa_f1_away_from_yes_no_and_empty(pred, gold):
+    from knowtrace_train.metrics import normalize_answer
+
+    p, g = normalize_answer(pred), normalize_answer(gold)
+    if p and g and not ({p, g} & {"yes", "no", "noanswer"}):
+        assert f1(pred, gold, rules="musique") == f1(pred, gold)
+
+
 def test_accuracy_is_containment_of_normalized_gold():
     assert accuracy("I think it is the Eiffel Tower, in Paris.", "Eiffel Tower") == 1.0
     assert accuracy("Eiffel", "Eiffel Tower") == 0.0

@@ -127,7 +127,7 @@ def run_rollouts(
     def finished(k: int) -> Callable[[Trajectory], None]:
         def save(t: Trajectory) -> None:
             nonlocal correct
-            s = score(t.prediction, t.answers)
+            s = score(t.prediction, t.answers, dataset=t.dataset)
             t.em, t.f1, t.iteration = s["em"], s["f1"], iteration
             if samples > 1:
                 t.id += sample_suffix(k)
