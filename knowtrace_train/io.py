@@ -120,6 +120,78 @@ def iter_jsonl(
             yield lineno, obj
 
 
+#: characters read at a time by `iter_json_array` (an element longer than this reads in more)
+ARRAY_READ = 1 << 20
+
+
+def iter_json_array(path: str | Path) -> Iterator[tuple[int, int, Any]]:
+    """Yield (index, line, element) of a JSON array file one element at a time, holding one read buffer
+    and the element being decoded (not the whole file): `line` is where the element starts. Broken JSON,
+    a missing "," or "]", or anything after the closing "]" raises `DataFileError` naming the line."""
+    path = Path(path)
+    decoder = json.JSONDecoder()
+    with path.open(encoding="utf-8") as f:
+        buf, pos, line, eof = "", 0, 1, False  # `line`: the line of buf[pos]
+
+        def more() -> bool:
+            """Drop what was consumed and read on; False at the end of the file."""
+            nonlocal buf, pos, eof
+            if eof:
+                return False
+            chunk = f.read(max(ARRAY_READ, len(buf) - pos))
+            if not chunk:
+                eof = True
+                return False
+            buf, pos = buf[pos:] + chunk, 0
+            return True
+
+        def skip_space() -> str:
+            """The next non-space character ("" at the end of the file), not consumed."""
+            nonlocal pos, line
+            while True:
+                while pos < len(buf) and buf[pos] in " \t\r\n":
+                    line += buf[pos] == "\n"
+                    pos += 1
+                if pos < len(buf) or not more():
+                    return buf[pos] if pos < len(buf) else ""
+
+        def fail(at: int, what: str) -> DataFileError:
+            where = line + buf.count("\n", pos, at)
+            return DataFileError(f"{path}:{where}: not valid JSON ({what})")
+
+        if skip_space() != "[":
+            raise fail(pos, "expected a JSON array")
+        pos += 1
+        index = 0
+        if skip_space() == "]":
+            pos += 1
+        else:
+            while True:
+                if not skip_space():
+                    raise fail(pos, "the array is not closed")
+                while True:
+                    try:
+                        value, end = decoder.raw_decode(buf, pos)
+                    except json.JSONDecodeError as e:
+                        if more():
+                            continue
+                        raise fail(e.pos, f"{e.msg} at column {e.pos - buf.rfind(chr(10), 0, e.pos)}") from None
+                    if end == len(buf) and more():  # a number or literal may go on in the next read
+                        continue
+                    break
+                yield index, line, value
+                line += buf.count("\n", pos, end)
+                pos, index = end, index + 1
+                c = skip_space()
+                pos += 1
+                if c == "]":
+                    break
+                if c != ",":
+                    raise fail(pos - 1, f"expected ',' or ']' after item {index - 1}, got {c[:1]!r}" if c else "the array is not closed")
+        if skip_space():
+            raise fail(pos, "extra data after the closing ']'")
+
+
 def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
     return [obj for _, obj in iter_jsonl(path)]
 

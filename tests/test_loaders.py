@@ -4,6 +4,8 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from knowtrace_train.data.loaders import (
     FORMATS,
@@ -423,3 +425,41 @@ def test_cli_runs_as_module():
         "by_hops": {"2": 2},
         "skipped": 0,
     }
+
+
+# -- the streamed JSON array reader ------------------------------------------------------------
+
+
+_JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=6),
+                     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3),
+                     max_leaves=8)
+
+
+def test_the_streamed_array_reader_gives_what_json_loads_gives_at_any_read_size(tmp_path, monkeypatch):
+    from knowtrace_train import io
+
+    @settings(max_examples=150, deadline=None)
+    @given(st.lists(_JSON, max_size=5), st.integers(1, 9), st.booleans())
+    def check(values, read, indent):
+        monkeypatch.setattr(io, "ARRAY_READ", read)
+        p = tmp_path / "a.json"
+        p.write_text(json.dumps(values, indent=1 if indent else None, ensure_ascii=False) + "\n", encoding="utf-8")
+        got = list(io.iter_json_array(p))
+        assert [v for _, _, v in got] == values and [i for i, _, _ in got] == list(range(len(values)))
+
+    check()
+
+
+@pytest.mark.parametrize("text, line, what", [
+    ('[\n{"a": 1},\n{"a": 2}\n{"a": 3}]', 4, "expected ',' or ']' after item 1"),
+    ('[\n{"a": 1},\n', 3, "the array is not closed"),
+    ('[{"a": 1}] x', 1, "extra data after the closing ']'"),
+    ('[{"a": 12', 1, "Expecting ',' delimiter"),
+])
+def test_the_streamed_array_reader_names_the_line_of_a_break(tmp_path, monkeypatch, text, line, what):
+    from knowtrace_train import io
+
+    monkeypatch.setattr(io, "ARRAY_READ", 4)
+    p = _write(tmp_path, "b.json", text)
+    with pytest.raises(DataFileError, match=rf"b\.json:{line}: not valid JSON \({what}"):
+        list(io.iter_json_array(p))

@@ -282,8 +282,9 @@ def _extract(archive: Path, member: str, folder: Path, sha256: str | None) -> di
 
 
 def _check_items(name: str, skip_bad: bool, log: Callable[[str], None]) -> None:
-    """Read every split once through its reader (a bad row: file, row and field; or skipped and counted)."""
-    from .loaders import load_items_report
+    """Read every split once through its reader, streamed and counted, none kept (a bad row: file, row and
+    field; or skipped and counted)."""
+    from .loaders import LoadReport, iter_items
 
     e = REGISTRY[name]
     if e.kind != "qa":
@@ -292,9 +293,10 @@ def _check_items(name: str, skip_bad: bool, log: Callable[[str], None]) -> None:
 
     _, lock = fetched_dir(name)
     for split in e.source(lock.get("source")).splits:
-        report = load_items_report(f"{name}:{split}", skip_bad=skip_bad)
+        report = LoadReport(path=f"{name}:{split}", format="")
+        count = sum(1 for _ in iter_items(f"{name}:{split}", skip_bad=skip_bad, report=report))
         note = f", {len(report.skipped)} bad rows skipped" if report.skipped else ""
-        log(f"{name}:{split}: {len(report.items)} items{note}")
+        log(f"{name}:{split}: {count} items{note}")
 
 
 def _fetch_command(args: argparse.Namespace) -> int:

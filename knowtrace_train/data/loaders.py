@@ -62,7 +62,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 from tqdm.auto import tqdm
 
-from ..io import DataFileError, iter_jsonl
+from ..io import DataFileError, iter_json_array, iter_jsonl
 from .formats import parquet_records
 from .registry import parse_ref, split_files
 from .schema import GoldEvidence, Passage, QAItem, SchemaError, SubQuestion, passage_id
@@ -131,9 +131,28 @@ def load_items_report(
     format, the rows or the file name say (split from the name: train/dev/validation/test, else
     "unknown"). `limit`: stop after that many items.
     """
+    report = LoadReport(path=str(path), format=format or "")
+    report.items = list(iter_items(path, format, dataset=dataset, split=split, limit=limit, skip_bad=skip_bad, report=report))
+    return report
+
+
+def iter_items(
+    path: str | Path,
+    format: str | None = None,
+    *,
+    dataset: str | None = None,
+    split: str | None = None,
+    limit: int | None = None,
+    skip_bad: bool = False,
+    report: LoadReport | None = None,
+) -> Iterator[QAItem]:
+    """`load_items_report`'s items one at a time, none kept (the post-fetch check counts 2Wiki's 167,454
+    train items this way); `report`, where given, gets the format and the skipped records, not the items."""
+    report = report if report is not None else LoadReport(path=str(path), format=format or "")
     ref = parse_ref(str(path))
     if ref is not None:  # "<name>:<split>": the fetched files of a registry name (data/registry.py)
-        return _named_report(*ref, format=format, dataset=dataset, split=split, limit=limit, skip_bad=skip_bad)
+        yield from _named_items(*ref, format=format, dataset=dataset, split=split, limit=limit, skip_bad=skip_bad, report=report)
+        return
     path = Path(path)
     if format is not None and format not in FORMATS:
         raise DataFileError(f"{path}: unknown format {format!r} (known: {', '.join(FORMATS)})")
@@ -142,22 +161,23 @@ def load_items_report(
         raise DataFileError(f"{path}: no such data file{where}")
     if limit is not None and limit < 0:
         raise ValueError(f"limit must be >= 0, got {limit}")
-    report = LoadReport(path=str(path), format=format or "")
+    fmt = format or ""
+    skipped_before = len(report.skipped)
     on_error = (lambda where, reason: report.skipped.append((where, reason))) if skip_bad else None
     seen_ids: dict[str, str] = {}
     default_split = split or split_from_name(path)
-    records = 0
+    records = kept = 0
     progress = tqdm(_records(path, on_error), desc=path.name, unit="record", leave=False, disable=None, mininterval=1.0)
     for where, index, row in progress:
         records += 1
-        if limit is not None and len(report.items) >= limit:
+        if limit is not None and kept >= limit:
             break
         try:
             if not isinstance(row, dict):
                 raise _RowError(f"expected a JSON object, got {type(row).__name__}")
-            if not report.format:
-                report.format = _format_of(path, row)
-            item = _convert(report.format, row, index, path, dataset, split, default_split)
+            if not fmt:
+                fmt = report.format = _format_of(path, row)
+            item = _convert(fmt, row, index, path, dataset, split, default_split)
             if item.id in seen_ids:
                 raise _RowError(f"duplicate id {item.id!r} (first at {seen_ids[item.id]})")
         except (_RowError, SchemaError) as e:
@@ -166,31 +186,35 @@ def load_items_report(
             report.skipped.append((where, str(e)))
             continue
         seen_ids[item.id] = where
-        report.items.append(item)
-    if records == 0 and not report.skipped:
+        kept += 1
+        yield item
+    skipped = report.skipped[skipped_before:]
+    if records == 0 and not skipped:
         raise DataFileError(f"{path}: empty file (no records)")
-    if report.skipped:
-        first = "; ".join(f"{w}: {r}" for w, r in report.skipped[:3])
-        log.warning("%s: skipped %d bad record(s) (first: %s)", path, len(report.skipped), first)
-        if not report.items and limit != 0:
-            raise DataFileError(f"{path}: every record is bad ({len(report.skipped)} skipped; first: {first})")
+    if skipped:
+        first = "; ".join(f"{w}: {r}" for w, r in skipped[:3])
+        log.warning("%s: skipped %d bad record(s) (first: %s)", path, len(skipped), first)
+        if not kept and limit != 0:
+            raise DataFileError(f"{path}: every record is bad ({len(skipped)} skipped; first: {first})")
     if not report.format:
         report.format = format or "unknown"
-    return report
 
 
-def _named_report(name: str, split_name: str, *, format, dataset, split, limit, skip_bad) -> LoadReport:
-    """The items of a fetched split, over its files (sharded parquet: in order), as one report."""
+def _named_items(name: str, split_name: str, *, format, dataset, split, limit, skip_bad, report: LoadReport) -> Iterator[QAItem]:
+    """The items of a fetched split, over its files (sharded parquet: in order)."""
     files, reader = split_files(name, split_name)
-    total = LoadReport(path=f"{name}:{split_name}", format=format or reader)
+    report.format = report.format or format or reader
+    kept = 0
     for f in files:
-        left = None if limit is None else limit - len(total.items)
+        left = None if limit is None else limit - kept
         if left == 0:
             break
-        r = load_items_report(f, format or reader, dataset=dataset or name, split=split or split_name, limit=left, skip_bad=skip_bad)
-        total.items += r.items
-        total.skipped += r.skipped
-    return total
+        inner = LoadReport(path=str(f), format=format or reader)
+        for item in iter_items(f, format or reader, dataset=dataset or name, split=split or split_name, limit=left,
+                               skip_bad=skip_bad, report=inner):
+            kept += 1
+            yield item
+        report.skipped += inner.skipped
 
 
 def split_from_name(path: str | Path) -> str:
@@ -230,13 +254,8 @@ def _records(path: Path, on_error: Callable[[str, str], None] | None) -> Iterato
 
 
 def _array_records(path: Path) -> Iterator[tuple[str, int, Any]]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
-        raise DataFileError(f"{path}:{e.lineno}: not valid JSON ({e.msg} at column {e.colno})") from e
-    if not isinstance(data, list):
-        raise DataFileError(f"{path}: expected a JSON array of items, got {type(data).__name__}")
-    for i, row in enumerate(data):
+    """A JSON array's items one at a time (`iter_json_array`: 2Wiki's 708 MB train file is never held whole)."""
+    for i, _line, row in iter_json_array(path):
         yield f"{path}: item {i}", i, row
 
 
