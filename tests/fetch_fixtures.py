@@ -4,7 +4,7 @@
   hub/distractor/train-0000{0,1}-of-00002.parquet, hub/distractor/validation-00000-of-00001.parquet,
   hub/fullwiki/validation-00000-of-00001.parquet   the hub's hotpotqa/hotpot_qa (nested struct columns)
   files/hotpot_*.json                              HotpotQA's official JSON arrays
-  files/data_ids_april7.zip                        2Wiki's release: data_ids_april7/{train,dev,test}.json
+  files/data_ids_april7.zip                        2Wiki's release: data_ids_april7/{train,dev,test,id_aliases}.json
   files/musique_v1.0.zip                           MuSiQue's release: data/musique_{ans,full}_v1.0_*.jsonl
   files/enwiki-...-abstracts.tar.bz2               HotpotQA's abstracts: a tar.bz2 of bz2 JSON Lines
   files/psgs_w100.tsv.gz                           DPR's passages: gzipped, tab-separated, csv-quoted
@@ -69,6 +69,13 @@ WIKI2_DEV = {
 }
 WIKI2_TRAIN = {**WIKI2_DEV, "_id": "a0b1c2d3e4f5", "question": "Who directed Polish-Russian War?", "answer": "Xawery Żuławski",
                "supporting_facts": [["Polish-Russian War (film)", 0]], "evidences": [["Polish-Russian War", "director", "Xawery Żuławski"]]}
+
+#: 2Wiki's id_aliases.json (JSON Lines, beside train.json in the release zip): the answer's Wikidata id's aliases
+#: and demonyms, which its v1.1 evaluation script adds to the gold answers
+WIKI2_ALIASES = [
+    {"Q_id": "Q274893", "aliases": ["Malgorzata Braunek", "Małgorzata Braunek"], "demonyms": []},
+    {"Q_id": "Q36", "aliases": ["Republic of Poland"], "demonyms": ["Polish", "Pole"]},
+]
 
 MUSIQUE_DEV = {
     "id": "2hop__482757_12019",
@@ -148,6 +155,7 @@ def write_sources(root: Path, *, hotpot_dev: list[dict] | None = None, wiki2_dev
         "data_ids_april7/train.json": json.dumps([WIKI2_TRAIN], ensure_ascii=False),
         "data_ids_april7/dev.json": json.dumps(wiki2_dev or [WIKI2_DEV], ensure_ascii=False),
         "data_ids_april7/test.json": json.dumps([{k: v for k, v in WIKI2_DEV.items() if k in ("_id", "type", "question", "context")}]),
+        "data_ids_april7/id_aliases.json": jsonl(WIKI2_ALIASES),
     })
     zip_of(files / "musique_v1.0.zip", {
         "data/musique_ans_v1.0_train.jsonl": jsonl([MUSIQUE_TRAIN]),

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from fetch_fixtures import (COMMIT, DPR_ROWS, ED_WOOD, HOTPOT_DEV, MUSIQUE_DEV, WIKI2_DEV, Server, jsonl, point_urls_at,
+from fetch_fixtures import (COMMIT, DPR_ROWS, ED_WOOD, HOTPOT_DEV, MUSIQUE_DEV, WIKI2_ALIASES, WIKI2_DEV, Server, jsonl, point_urls_at,
                             write_parquet, write_sources, zip_of)
 from knowtrace_train.data import fetch as fetch_mod
 from knowtrace_train.data import registry
@@ -22,6 +22,7 @@ from knowtrace_train.data.fetch import fetch
 from knowtrace_train.data.loaders import load_items, load_items_report
 from knowtrace_train.data.registry import FetchError
 from knowtrace_train.data.schema import GoldEvidence, Passage, QAItem, SubQuestion, passage_id
+from knowtrace_train.io import DataFileError
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -87,14 +88,34 @@ def test_2wiki_from_its_zip(server):
     fetch("2wikimultihopqa", log=_say)
     pw = _p("Polish-Russian War (film)", "Polish-Russian War is a 2009 Polish film directed by Xawery Żuławski.")
     xz = _p("Xawery Żuławski", "Xawery Żuławski is a Polish film director. His mother is Małgorzata Braunek.")
-    assert load_items("2wikimultihopqa:dev") == [QAItem(
-        id=WIKI2_DEV["_id"], question=WIKI2_DEV["question"], answers=("Małgorzata Braunek",), dataset="2wikimultihopqa",
+    assert load_items("2wikimultihopqa:dev") == [QAItem(  # the answer, then its id's aliases (id_aliases.json)
+        id=WIKI2_DEV["_id"], question=WIKI2_DEV["question"], answers=("Małgorzata Braunek", "Malgorzata Braunek"), dataset="2wikimultihopqa",
         split="dev", type="compositional", hops=2, context=(pw, xz),
         evidence=GoldEvidence(titles=("Polish-Russian War (film)", "Xawery Żuławski"),
                               sentences=(("Polish-Russian War (film)", 0), ("Xawery Żuławski", 1)), paragraph_ids=(pw.id, xz.id),
                               triples=(("Polish-Russian War", "director", "Xawery Żuławski"),
                                        ("Xawery Żuławski", "mother", "Małgorzata Braunek"))))]
     assert len(load_items("2wikimultihopqa:train")) == 1
+
+
+def test_2wiki_is_scored_against_its_aliases_as_its_v1_1_script_scores(server, tmp_path):
+    from knowtrace_train.metrics import score
+
+    fetch("2wikimultihopqa", log=_say)
+    item = load_items("2wikimultihopqa:dev")[0]
+    assert score("Malgorzata Braunek", item.answers, dataset=item.dataset)["em"] == 1.0
+    assert score("Malgorzata Braunek", [WIKI2_DEV["answer"]], dataset=item.dataset)["em"] == 0.0  # without the aliases
+    # demonyms count as answers too; an id with no line, or a file with no alias file beside it, keeps the answer alone
+    rows = [{**WIKI2_DEV, "_id": "a", "answer": "Poland", "answer_id": "Q36"}, {**WIKI2_DEV, "_id": "b", "answer_id": "Q999"}]
+    (tmp_path / "w").mkdir()
+    (tmp_path / "w" / "dev.json").write_text(json.dumps(rows), encoding="utf-8")
+    assert [it.answers for it in load_items(tmp_path / "w" / "dev.json")] == [("Poland",), ("Małgorzata Braunek",)]
+    (tmp_path / "w" / "id_aliases.json").write_text(jsonl(WIKI2_ALIASES), encoding="utf-8")
+    assert [it.answers for it in load_items(tmp_path / "w" / "dev.json")] == [
+        ("Poland", "Republic of Poland", "Polish", "Pole"), ("Małgorzata Braunek",)]
+    (tmp_path / "w" / "id_aliases.json").write_text('{"Q_id": "Q36", "aliases": "Poland"}\n', encoding="utf-8")
+    with pytest.raises(DataFileError, match=r"id_aliases\.json:1: expected \{Q_id"):
+        load_items(tmp_path / "w" / "dev.json")
 
 
 def test_musique_from_its_zip(server):

@@ -12,6 +12,9 @@ format is told by the keys of its first record (`detect_format`), or named with 
   ``evidence.triples``. Its sentences carry no whitespace, so passage text = sentences joined
   with " ". ``hops`` = 2 for every type: bridge_comparison items list four triples, but as two
   parallel two-hop chains (the triple count stays readable as ``len(evidence.triples)``).
+  Where an ``id_aliases.json`` lies beside the file (the release zip ships it; JSON Lines
+  ``{Q_id, aliases, demonyms}``), ``answers`` = the answer, then the aliases and demonyms of its
+  ``answer_id``: the gold set 2Wiki's v1.1 evaluation script scores against.
 - ``musique``: ``id, paragraphs [{idx, title, paragraph_text, is_supporting}], question,
   question_decomposition [{id, question, answer, paragraph_support_idx}], answer,
   answer_aliases, answerable``. ``answers`` = answer + aliases; ``hops`` = number of
@@ -53,6 +56,7 @@ an unknown format) always raises.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import re
@@ -166,6 +170,7 @@ def iter_items(
     on_error = (lambda where, reason: report.skipped.append((where, reason))) if skip_bad else None
     seen_ids: dict[str, str] = {}
     default_split = split or split_from_name(path)
+    aliases: dict[str, tuple[str, ...]] | None = None
     records = kept = 0
     progress = tqdm(_records(path, on_error), desc=path.name, unit="record", leave=False, disable=None, mininterval=1.0)
     for where, index, row in progress:
@@ -178,6 +183,11 @@ def iter_items(
             if not fmt:
                 fmt = report.format = _format_of(path, row)
             item = _convert(fmt, row, index, path, dataset, split, default_split)
+            if fmt == "2wikimultihopqa":
+                aliases = read_2wiki_aliases(path.parent / WIKI2_ALIASES) if aliases is None else aliases
+                extra = aliases.get(str(row.get("answer_id"))) if aliases else None
+                if extra:
+                    item = dataclasses.replace(item, answers=_unique(item.answers + extra))
             if item.id in seen_ids:
                 raise _RowError(f"duplicate id {item.id!r} (first at {seen_ids[item.id]})")
         except (_RowError, SchemaError) as e:
@@ -215,6 +225,26 @@ def _named_items(name: str, split_name: str, *, format, dataset, split, limit, s
             kept += 1
             yield item
         report.skipped += inner.skipped
+
+
+#: 2Wiki's alias file, shipped in its release zip beside train.json and dev.json
+WIKI2_ALIASES = "id_aliases.json"
+
+
+def read_2wiki_aliases(path: Path) -> dict[str, tuple[str, ...]]:
+    """{Wikidata id: its aliases then demonyms} from 2Wiki's ``id_aliases.json`` (JSON Lines ``{Q_id, aliases,
+    demonyms}``, as its v1.1 evaluation script reads it); {} where there is no such file."""
+    if not path.is_file():
+        return {}
+    out: dict[str, tuple[str, ...]] = {}
+    for lineno, row in iter_jsonl(path):
+        qid, names, demonyms = row.get("Q_id"), row.get("aliases") or [], row.get("demonyms") or []
+        if not isinstance(qid, str) or not isinstance(names, list) or not isinstance(demonyms, list):
+            raise DataFileError(f"{path}:{lineno}: expected {{Q_id: string, aliases: [strings], demonyms: [strings]}}")
+        found = _unique(str(a) for a in names + demonyms if isinstance(a, str) and a.strip())
+        if found:
+            out[qid] = found
+    return out
 
 
 def split_from_name(path: str | Path) -> str:

@@ -112,7 +112,7 @@ REGISTRY: dict[str, Entry] = {e.name: e for e in (
         (Source(
             "url", "2021-04-07", reader="2wikimultihopqa",
             files=(RemoteFile("data_ids_april7.zip", "https://www.dropbox.com/s/ms2m13252h6xubs/data_ids_april7.zip?dl=1",
-                              members=("train.json", "dev.json")),),
+                              members=("train.json", "dev.json", "id_aliases.json")),),
             splits={"train": ("train.json",), "dev": ("dev.json",)},
             why="the authors' release (with evidences_id/answer_id): the only one known to keep the evidence "
                 "triples the gold bootstrap reads; hub copies rename or drop fields",
