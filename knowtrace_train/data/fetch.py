@@ -15,9 +15,13 @@ import argparse
 import errno
 import fnmatch
 import hashlib
+import html.parser
+import http.client
 import json
 import os
+import re
 import shutil
+import socket
 import time
 import urllib.error
 import urllib.parse
@@ -45,8 +49,36 @@ def endpoint() -> str:
 # -- opening a file: a URL (with Range) or a mirror's copy ------------------------------------------------
 
 
-def _open(url: str, offset: int) -> tuple[Iterator[bytes], int | None, bool]:
-    """(chunks from `offset` on, the file's total size where known, whether the stream starts at `offset`)."""
+class _AuthStaysHome(urllib.request.HTTPRedirectHandler):
+    """A redirect to another host drops the Authorization header (a hub token must not reach its CDN), as
+    huggingface_hub does; a redirect on the same host keeps it. urllib copies every header otherwise."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        new = super().redirect_request(req, fp, code, msg, headers, newurl)
+        if new is not None and urllib.parse.urlsplit(newurl).netloc != urllib.parse.urlsplit(req.full_url).netloc:
+            new.headers = {k: v for k, v in new.headers.items() if k.lower() != "authorization"}
+            new.unredirected_hdrs = {k: v for k, v in new.unredirected_hdrs.items() if k.lower() != "authorization"}
+        return new
+
+
+_OPENER = urllib.request.build_opener(_AuthStaysHome())
+
+
+class _Stream:
+    """An open download: its chunks from `offset` on, the file's total size where known, whether it starts at
+    `offset` (a 206), its Content-Type and the address it came from after redirects."""
+
+    def __init__(self, chunks: Iterator[bytes], total: int | None, resumed: bool, content_type: str = "", url: str = "",
+                 next_page: str | None = None) -> None:
+        self.chunks, self.total, self.resumed, self.content_type, self.url = chunks, total, resumed, content_type, url
+        self.next_page = next_page  # a paginated API answer's next page (its Link header's rel="next")
+
+    def __iter__(self):  # (chunks, total, resumed), as callers unpacked it before
+        return iter((self.chunks, self.total, self.resumed))
+
+
+def _open(url: str, offset: int) -> _Stream:
+    """`url` (or a local path) from byte `offset` on (see `_Stream`)."""
     if url.startswith("file://") or "://" not in url:
         path = Path(urllib.parse.unquote(urllib.parse.urlparse(url).path) if "://" in url else url)
         size = path.stat().st_size
@@ -57,7 +89,7 @@ def _open(url: str, offset: int) -> tuple[Iterator[bytes], int | None, bool]:
                 while chunk := f.read(CHUNK):
                     yield chunk
 
-        return local(), size, True
+        return _Stream(local(), size, True, "", url)
     if offline():
         raise FetchError(f"HF_HUB_OFFLINE is set: not downloading {url} (fetch where there is a network, or pass --mirror DIR)")
     headers = {"User-Agent": "knowtrace-train"}
@@ -67,10 +99,10 @@ def _open(url: str, offset: int) -> tuple[Iterator[bytes], int | None, bool]:
     if token and url.startswith(endpoint()):
         headers["Authorization"] = f"Bearer {token}"
     try:
-        resp = urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=60)
+        resp = _OPENER.open(urllib.request.Request(url, headers=headers), timeout=60)
     except urllib.error.HTTPError as e:
         if e.code == 416 and offset:  # the part is longer than the file: start again
-            return _open(url, 0)[0], None, False
+            return _Stream(_open(url, 0).chunks, None, False)
         raise FetchError(f"{url}: HTTP {e.code} {e.reason}") from None
     except (urllib.error.URLError, OSError) as e:
         raise FetchError(f"{url}: cannot connect ({getattr(e, 'reason', e)}); set HF_ENDPOINT, or pass --mirror DIR") from None
@@ -88,7 +120,84 @@ def _open(url: str, offset: int) -> tuple[Iterator[bytes], int | None, bool]:
             while chunk := resp.read(CHUNK):
                 yield chunk
 
-    return remote(), total, resumed
+    link = re.search(r'<([^>]+)>\s*;\s*rel="?next"?', resp.headers.get("Link", ""))
+    return _Stream(remote(), total, resumed, resp.headers.get("Content-Type", ""), resp.geturl(),
+                   urllib.parse.urljoin(url, link.group(1)) if link else None)
+
+
+# -- what came back: the file, or a page where it belongs ---------------------------------------------------
+
+#: the first bytes each kind of file starts with (JSON: its first non-space character)
+_MAGIC = {".zip": (b"PK\x03\x04", b"PK\x05\x06"), ".bz2": (b"BZh",), ".gz": (b"\x1f\x8b",), ".parquet": (b"PAR1",)}
+_DRIVE_HOSTS = ("drive.google.com", "drive.usercontent.google.com", "docs.google.com")
+
+
+def _kind_problem(name: str, first: bytes, content_type: str = "") -> str | None:
+    """What is wrong with a file called `name` that starts with `first` (None: it looks like one)."""
+    suffix = Path(name).suffix.lower()
+    head = first.lstrip()[:1]
+    page = "text/html" in content_type.lower() or first.lstrip()[:15].lower().startswith((b"<!doctype", b"<html"))
+    if suffix in _MAGIC and not first.startswith(_MAGIC[suffix]) or suffix in (".json", ".jsonl") and head not in (b"[", b"{") or page:
+        what = "an HTML page" if page else "not a " + (suffix.lstrip(".") or "data") + " file"
+        return f"{what} (Content-Type {content_type or 'none'}, starts {first[:48]!r})"
+    return None
+
+
+class _DrivePage(html.parser.HTMLParser):
+    """Google Drive's virus-scan page: the form ``download-form`` (its action and hidden inputs: id, export,
+    confirm, uuid), or its error caption (a quota or permission page)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.action: str | None = None
+        self.fields: dict[str, str] = {}
+        self.error = ""
+        self._in_form = self._in_error = False
+
+    def handle_starttag(self, tag, attrs):
+        a = {k: v or "" for k, v in attrs}
+        if tag == "form" and a.get("id") == "download-form":
+            self.action, self._in_form = a.get("action", ""), True
+        elif tag == "input" and self._in_form and a.get("type", "").lower() == "hidden" and a.get("name"):
+            self.fields[a["name"]] = a.get("value", "")
+        elif "uc-error-subcaption" in a.get("class", "").split():
+            self._in_error = True
+
+    def handle_endtag(self, tag):
+        if tag == "form":
+            self._in_form = False
+        elif tag == "p":
+            self._in_error = False
+
+    def handle_data(self, data):
+        if self._in_error:
+            self.error += data
+
+
+def _drive_confirm(page_url: str, page: bytes) -> str | None:
+    """The address Drive's confirmation form submits to (GET, its hidden inputs as the query), None where the
+    page has no such form; a quota or error page is one line saying what Drive said."""
+    parsed = _DrivePage()
+    parsed.feed(page.decode("utf-8", "replace"))
+    if parsed.action is not None:
+        action = urllib.parse.urljoin(page_url, parsed.action)
+        return action + ("&" if "?" in action else "?") + urllib.parse.urlencode(parsed.fields)
+    said = " ".join(parsed.error.split()) or " ".join(re.sub(r"<[^>]+>", " ", page.decode("utf-8", "replace")).split())[:160]
+    if said:
+        quota = "quota" in said.lower() or "too many users" in said.lower()
+        hint = ("Drive's download quota for this file is used up: try again in 24 hours, or download it in a browser and "
+                "pass --mirror DIR") if quota else "download it in a browser and pass --mirror DIR"
+        raise FetchError(f"{page_url}: Google Drive answered a page, not the file ({said}); {hint}")
+    return None
+
+
+# -- downloading -----------------------------------------------------------------------------------------
+
+#: a dropped connection is resumed with a Range request this many times before fetch gives up
+RETRIES = 5
+#: seconds before the n-th retry: RETRY_WAIT * n
+RETRY_WAIT = 2.0
+_DROPPED = (http.client.IncompleteRead, http.client.HTTPException, ConnectionError, socket.timeout, TimeoutError)
 
 
 def _append(out, chunk: bytes) -> None:
@@ -96,43 +205,104 @@ def _append(out, chunk: bytes) -> None:
     out.write(chunk)
 
 
-def download(url: str, dest: Path, *, sha256: str | None, size: int | None, progress: Callable[[int], None] | None = None) -> str:
-    """`url` into `dest` through ``dest.part`` (resumed where one is left), checked, renamed; its SHA-256."""
+def download(url: str, dest: Path, *, sha256: str | None, size: int | None, md5: str | None = None, source: str = "",
+             progress: Callable[[int], None] | None = None) -> str:
+    """`url` into `dest` through ``dest.part`` (resumed where one is left, and again with a Range request where
+    the connection drops, `RETRIES` times), checked (its kind by its first bytes, size, SHA-256, MD5), renamed;
+    its SHA-256. A page where the file belongs (Drive's confirmation form is followed) or a file that fails a
+    check is removed: one line naming `source`, the address and what came back."""
     part = dest.with_name(dest.name + ".part")
-    offset = part.stat().st_size if part.exists() else 0
-    if size is not None and offset > size:
-        offset = 0
-    chunks, total, resumed = _open(url, offset)
-    if not resumed:
-        offset = 0
-    total = total if total is not None else size
-    need = (total - offset) if total is not None else None
-    free = shutil.disk_usage(dest.parent).free
-    if need is not None and need > free:
-        raise FetchError(f"no space left in {dest.parent}: {need} bytes needed, {free} free ({dest.name})")
-    done = offset
-    try:
-        with part.open("ab" if offset else "wb") as out:
-            for chunk in chunks:
-                _append(out, chunk)
-                done += len(chunk)
-                if progress:
-                    progress(done)
-    except OSError as e:
-        if e.errno == errno.ENOSPC:
-            left = f"{total - done} more bytes needed" if total is not None else "more bytes needed (size unknown)"
-            raise FetchError(f"no space left in {dest.parent}: {left} for {dest.name} ({done} written to "
-                             f"{part.name}; free space and run fetch again to resume)") from None
-        raise
+    label = f"{source}: " if source else ""
+    drops = forms = 0
+    while True:
+        offset = part.stat().st_size if part.exists() else 0
+        if size is not None and offset > size:
+            offset = 0
+        stream = _open(url, offset)
+        chunks = iter(stream.chunks)
+        offset = offset if stream.resumed else 0
+        total = stream.total if stream.total is not None else size
+        try:
+            first = next(chunks, b"") if offset == 0 else b""
+        except _DROPPED:
+            first = b""
+        if offset == 0:
+            problem = _kind_problem(dest.name, first, stream.content_type)
+            if problem and "html" in problem.lower() and urllib.parse.urlsplit(stream.url or url).netloc in _DRIVE_HOSTS and forms < 2:
+                page = first + b"".join(chunks)
+                follow = _drive_confirm(stream.url or url, page)
+                if follow is not None:
+                    url, forms = follow, forms + 1
+                    continue
+            if problem:
+                part.unlink(missing_ok=True)
+                raise FetchError(f"{label}{stream.url or url} returned {problem} where {dest.name} belongs; nothing was "
+                                 f"kept: try again later, or get the file by hand and pass --mirror DIR")
+        need = (total - offset) if total is not None else None
+        free = shutil.disk_usage(dest.parent).free
+        if need is not None and need > free:
+            raise FetchError(f"no space left in {dest.parent}: {need} bytes needed, {free} free ({dest.name})")
+        done = offset
+        dropped: Exception | None = None
+        try:
+            with part.open("ab" if offset else "wb") as out:
+                for chunk in ((first,) if first else ()):
+                    _append(out, chunk)
+                    done += len(chunk)
+                try:
+                    for chunk in chunks:
+                        _append(out, chunk)
+                        done += len(chunk)
+                        if progress:
+                            progress(done)
+                except _DROPPED as e:
+                    dropped = e
+        except OSError as e:
+            if e.errno == errno.ENOSPC:
+                left = f"{total - done} more bytes needed" if total is not None else "more bytes needed (size unknown)"
+                raise FetchError(f"no space left in {dest.parent}: {left} for {dest.name} ({done} written to "
+                                 f"{part.name}; free space and run fetch again to resume)") from None
+            raise
+        if dropped is None and (total is None or done >= total):
+            break
+        drops += 1
+        if drops > RETRIES:
+            of = f" of {total}" if total is not None else ""
+            raise FetchError(f"{label}{url}: the connection dropped {drops} times ({done}{of} bytes of {dest.name} in "
+                             f"{part.name}); run fetch again to resume")
+        time.sleep(RETRY_WAIT * drops)
     got = _sha256(part)
     if total is not None and part.stat().st_size != total:
         raise FetchError(f"{dest.name}: got {part.stat().st_size} of {total} bytes; run fetch again to resume")
+    with part.open("rb") as f:
+        problem = _kind_problem(dest.name, f.read(64))
+    if problem:
+        part.unlink()
+        raise FetchError(f"{label}{url}: {dest.name} is {problem}; it was removed: run {FETCH_COMMAND} again, or check "
+                         "the mirror's copy")
+    if size is not None and part.stat().st_size != size:
+        part.unlink()
+        raise FetchError(f"{label}{dest.name}: {part.stat().st_size} bytes, the publisher gives {size}; the download was "
+                         f"removed: run {FETCH_COMMAND} again, or check the mirror's copy")
     if sha256 is not None and got != sha256:
         part.unlink()
         raise FetchError(f"{dest.name}: checksum mismatch (SHA-256 {got}, expected {sha256}); the download "
                          f"was removed: run {FETCH_COMMAND} again, or check the mirror's copy")
+    if md5 is not None and _md5(part) != md5:
+        got_md5 = _md5(part)
+        part.unlink()
+        raise FetchError(f"{label}{dest.name}: checksum mismatch (MD5 {got_md5}, the publisher gives {md5}); the download "
+                         f"was removed: run {FETCH_COMMAND} again, or check the mirror's copy")
     os.replace(part, dest)
     return got
+
+
+def _md5(path: Path) -> str:
+    h = hashlib.md5(usedforsecurity=False)
+    with path.open("rb") as f:
+        while chunk := f.read(CHUNK):
+            h.update(chunk)
+    return h.hexdigest()
 
 
 def _sha256(path: Path) -> str:
@@ -155,16 +325,24 @@ def _mirror_file(mirror: Path, name: str, rel: str) -> Path | None:
 
 
 def _hub_json(path: str):
+    """The hub API's answer at `path`; a listing split over pages (a Link header with rel="next", as the hub
+    paginates a large folder's tree) is read page by page and joined."""
     url = f"{endpoint()}/api/datasets/{path}"
-    chunks, _, _ = _open(url, 0)
-    try:
-        return json.loads(b"".join(chunks))
-    except ValueError:
-        raise FetchError(f"{url}: not a hub API answer (is HF_ENDPOINT a hub?)") from None
+    pages = []
+    while url:
+        stream = _open(url, 0)
+        try:
+            pages.append(json.loads(b"".join(stream.chunks)))
+        except ValueError:
+            raise FetchError(f"{url}: not a hub API answer (is HF_ENDPOINT a hub?)") from None
+        url = stream.next_page
+        if url and not isinstance(pages[-1], list):
+            raise FetchError(f"{url}: a paginated hub answer that is not a list (is HF_ENDPOINT a hub?)")
+    return pages[0] if len(pages) == 1 else [x for page in pages for x in page]
 
 
-def _plan(e: Entry, s: Source, lock: dict, mirror: Path | None) -> tuple[list[tuple[str, str, int | None, str | None]], str | None]:
-    """The files to fetch as (relative path, URL or local path, size, SHA-256) and the hub commit (hub sources)."""
+def _plan(e: Entry, s: Source, lock: dict, mirror: Path | None) -> tuple[list[tuple[str, str, int | None, str | None, str | None]], str | None]:
+    """The files to fetch as (relative path, URL or local path, size, SHA-256, MD5) and the hub commit (hub sources)."""
     pinned = lock.get("files", {})
     plan = []
     commit = lock.get("commit")
@@ -174,7 +352,7 @@ def _plan(e: Entry, s: Source, lock: dict, mirror: Path | None) -> tuple[list[tu
             if mirror and local is None:
                 raise FetchError(f"--mirror {mirror}: no {f.path} (nor {e.name}/{f.path})")
             sha = f.sha256 or pinned.get(f.path, {}).get("sha256")
-            plan.append((f.path, str(local) if local else str(f.url), f.size, sha))
+            plan.append((f.path, str(local) if local else str(f.url), f.size, sha, f.md5))
         return plan, None
     for f in s.files:
         if mirror:
@@ -183,7 +361,7 @@ def _plan(e: Entry, s: Source, lock: dict, mirror: Path | None) -> tuple[list[tu
                 raise FetchError(f"--mirror {mirror}: no file matches {f.path} (nor {e.name}/{f.path})")
             for p in found:
                 rel = p.relative_to(mirror / e.name if (mirror / e.name) in p.parents else mirror).as_posix()
-                plan.append((rel, str(p), None, pinned.get(rel, {}).get("sha256")))
+                plan.append((rel, str(p), None, pinned.get(rel, {}).get("sha256"), None))
             continue
         if commit is None:
             commit = _hub_json(f"{s.repo}/revision/{s.revision}").get("sha") or s.revision
@@ -196,7 +374,7 @@ def _plan(e: Entry, s: Source, lock: dict, mirror: Path | None) -> tuple[list[tu
             lfs = x.get("lfs") or {}
             sha = lfs.get("oid") or lfs.get("sha256") or pinned.get(x["path"], {}).get("sha256")
             url = f"{endpoint()}/datasets/{s.repo}/resolve/{commit}/{urllib.parse.quote(x['path'])}"
-            plan.append((x["path"], url, x.get("size"), sha))
+            plan.append((x["path"], url, x.get("size"), sha, None))
     return plan, commit
 
 
@@ -221,34 +399,46 @@ def fetch(name: str, *, source: str | None = None, mirror: str | Path | None = N
     folder.mkdir(parents=True, exist_ok=True)
     plan, commit = _plan(e, s, lock, Path(mirror) if mirror else None)
     files: dict[str, dict] = {}
-    for rel, url, size, sha in plan:
+    for rel, url, size, sha, md5 in plan:
         dest = folder / rel
         dest.parent.mkdir(parents=True, exist_ok=True)
-        kept = _kept(folder, rel, lock, verify, sha)
+        kept = _kept(folder, rel, lock, verify, sha, log)
         if kept is not None:
             files[rel] = kept
         else:
             log(f"{name}: {rel} <- {url}")
             started = time.monotonic()
-            got = download(url, dest, sha256=sha, size=size)
+            got = download(url, dest, sha256=sha, size=size, md5=md5, source=name)
             log(f"{name}: {rel} ({dest.stat().st_size} bytes, {time.monotonic() - started:.1f}s)")
             files[rel] = {"sha256": got, "size": dest.stat().st_size, "from": url if "://" in url else "mirror"}
         for member in next((f.members for f in s.files if f.path == rel), ()):
             pinned = lock.get("files", {}).get(member, {}).get("sha256")
-            files[member] = _kept(folder, member, lock, verify, pinned) or _extract(dest, member, folder, pinned)
+            files[member] = _kept(folder, member, lock, verify, pinned, log) or _extract(dest, member, folder, pinned, name)
     lock = {"name": name, "source": s.kind, "revision": s.revision, "repo": s.repo, "commit": commit,
             "files": files, "complete": True}
     atomic_write_text(lock_path, json.dumps(lock, indent=1) + "\n")
     return folder, lock
 
 
-def _kept(folder: Path, rel: str, lock: dict, verify: bool, sha256: str | None) -> dict | None:
-    """The lock's record of a file already in `folder` (hashed again with `verify`), None where it must be fetched."""
+def _kept(folder: Path, rel: str, lock: dict, verify: bool, sha256: str | None, log: Callable[[str], None] = print) -> dict | None:
+    """The lock's record of a file already in `folder` (hashed again with `verify`), None where it must be fetched.
+    A file the lock does not record (an earlier fetch stopped before the lock) is kept only where it passes the
+    checks a download passes; one that does not (an HTML page saved by an older fetch, a cut archive) is removed
+    and fetched again, never reused."""
     dest, pinned = folder / rel, lock.get("files", {}).get(rel)
     if not dest.is_file():
         return None
     if pinned and dest.stat().st_size == pinned["size"] and not verify:
         return pinned
+    if not pinned:
+        with dest.open("rb") as f:
+            problem = _kind_problem(dest.name, f.read(64))
+        if problem is None and dest.suffix == ".zip" and not zipfile.is_zipfile(dest):
+            problem = "not a whole zip archive"
+        if problem:
+            log(f"{dest}: {problem}: removed, fetching it again")
+            dest.unlink()
+            return None
     got = _sha256(dest)
     want = sha256 or (pinned or {}).get("sha256")
     if want is not None and got != want:
@@ -256,10 +446,17 @@ def _kept(folder: Path, rel: str, lock: dict, verify: bool, sha256: str | None) 
     return {**(pinned or {}), "sha256": got, "size": dest.stat().st_size}
 
 
-def _extract(archive: Path, member: str, folder: Path, sha256: str | None) -> dict:
-    """`member` (by base name) out of the zip `archive` into `folder`, through a .part file."""
+def _extract(archive: Path, member: str, folder: Path, sha256: str | None, source: str = "") -> dict:
+    """`member` (by base name) out of the zip `archive` into `folder`, through a .part file. An archive that is
+    not a whole zip (a cut download, a mirror's corrupt copy) is removed, so that it is never reused."""
     dest = folder / member
-    with zipfile.ZipFile(archive) as z:
+    try:
+        z = zipfile.ZipFile(archive)
+    except (zipfile.BadZipFile, OSError) as e:
+        archive.unlink(missing_ok=True)
+        raise FetchError(f"{source + ': ' if source else ''}{archive.name} is not a whole zip archive ({e}); it was "
+                         f"removed: run {FETCH_COMMAND} {source} again, or check the mirror's copy") from None
+    with z:
         names = [n for n in z.namelist() if Path(n).name == member and not n.startswith("__MACOSX")]
         if not names:
             raise FetchError(f"{archive.name}: no member {member!r} (holds {', '.join(z.namelist()[:8])})")
@@ -268,6 +465,11 @@ def _extract(archive: Path, member: str, folder: Path, sha256: str | None) -> di
             with z.open(names[0]) as src, part.open("wb") as out:
                 while chunk := src.read(CHUNK):
                     _append(out, chunk)
+        except (zipfile.BadZipFile, EOFError) as e:  # a damaged member (CRC, truncated data)
+            part.unlink(missing_ok=True)
+            archive.unlink(missing_ok=True)
+            raise FetchError(f"{source + ': ' if source else ''}{archive.name} is damaged ({member}: {e}); it was removed: "
+                             f"run {FETCH_COMMAND} {source} again, or check the mirror's copy") from None
         except OSError as e:
             if e.errno == errno.ENOSPC:
                 need = z.getinfo(names[0]).file_size

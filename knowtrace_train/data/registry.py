@@ -39,8 +39,9 @@ class RemoteFile:
 
     path: str
     url: str | None = None
-    size: int | None = None
+    size: int | None = None  # bytes, where the publisher gives them (checked after download)
     sha256: str | None = None  # None: pinned at first fetch (the lock file)
+    md5: str | None = None  # where the publisher gives an MD5 (checked after download, beside the SHA-256)
     #: zip archives: the members to extract (matched by base name, wherever the archive keeps them)
     members: tuple[str, ...] = ()
 
