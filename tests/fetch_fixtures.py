@@ -185,9 +185,15 @@ def sha256(path: Path) -> str:
 class Server:
     """The hub API and file routes over `root`/hub, and `root`/files at /files/<name>; Range requests honoured."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, host: str = "127.0.0.1") -> None:
         self.root = root
         self.requests: list[tuple[str, str | None]] = []
+        #: every request's headers, in order (what a test checks a token against)
+        self.headers: list[dict[str, str]] = []
+        #: path prefix -> handler(request handler) that answers instead of the routes below (a test's own answer)
+        self.routes: dict[str, object] = {}
+        #: hub tree listings are split into pages of this many entries (a Link header names the next)
+        self.page_size: int | None = None
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -196,7 +202,11 @@ class Server:
 
             def do_GET(self):
                 outer.requests.append((self.path, self.headers.get("Range")))
+                outer.headers.append(dict(self.headers.items()))
                 path = self.path.split("?", 1)[0]
+                for prefix, answer in outer.routes.items():
+                    if path.startswith(prefix):
+                        return answer(self)
                 api = f"/api/datasets/{REPO}/"
                 if path == api + "revision/main":
                     return self._json({"sha": COMMIT, "id": REPO})
@@ -205,7 +215,14 @@ class Server:
                     rows = [{"type": "file", "path": p.relative_to(outer.root / "hub").as_posix(), "size": p.stat().st_size,
                              "oid": "x", "lfs": {"oid": sha256(p), "size": p.stat().st_size, "pointerSize": 134}}
                             for p in sorted(folder.iterdir())] if folder.is_dir() else None
-                    return self._json(rows) if rows is not None else self.send_error(404)
+                    if rows is None:
+                        return self.send_error(404)
+                    if outer.page_size:
+                        start = int(self.path.split("cursor=", 1)[1]) if "cursor=" in self.path else 0
+                        more = start + outer.page_size < len(rows)
+                        nxt = f'<{outer.url}{path}?cursor={start + outer.page_size}>; rel="next"' if more else None
+                        return self._json(rows[start:start + outer.page_size], link=nxt)
+                    return self._json(rows)
                 resolve = f"/datasets/{REPO}/resolve/{COMMIT}/"
                 if path.startswith(resolve):
                     return self._file(outer.root / "hub" / path[len(resolve):])
@@ -213,9 +230,11 @@ class Server:
                     return self._file(outer.root / "files" / path[len("/files/"):])
                 self.send_error(404)
 
-            def _json(self, obj):
+            def _json(self, obj, link=None):
                 body = json.dumps(obj).encode()
                 self.send_response(200)
+                if link:
+                    self.send_header("Link", link)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
@@ -237,8 +256,8 @@ class Server:
                 self.end_headers()
                 self.wfile.write(data)
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        self.httpd = ThreadingHTTPServer((host, 0), Handler)
+        self.url = f"http://{host}:{self.httpd.server_address[1]}"
         threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
 
     def close(self) -> None:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+import fetch_fixtures
 from fetch_fixtures import (COMMIT, DPR_ROWS, ED_WOOD, HOTPOT_DEV, MUSIQUE_DEV, WIKI2_ALIASES, WIKI2_DEV, Server, jsonl, point_urls_at,
                             write_parquet, write_sources, zip_of)
 from knowtrace_train.data import fetch as fetch_mod
@@ -365,3 +366,239 @@ def test_stats_verify_and_the_report_read_a_fetched_split(server, cache, tmp_pat
     lookups = Lookups()
     lookups.add_run_inputs(run)
     assert lookups.question("2hop__482757_12019") == {"hops": 2, "kind": "2hop"} and not lookups.notes
+
+
+# -- the sources as they behave: pages, Drive's form, redirects, dropped connections, paginated listings ---
+
+
+def _answer(status: int, body: bytes, content_type: str = "application/octet-stream", extra: dict | None = None,
+            cut: int | None = None):
+    """A route answer: `body` with `status` (cut after `cut` bytes, the connection closed, where given)."""
+    def handler(h):
+        h.send_response(status)
+        h.send_header("Content-Type", content_type)
+        h.send_header("Content-Length", str(len(body)))
+        for k, v in (extra or {}).items():
+            h.send_header(k, v)
+        h.end_headers()
+        h.wfile.write(body[:cut] if cut is not None else body)
+        if cut is not None:
+            h.wfile.flush()
+            h.close_connection = True
+    return handler
+
+
+def _no_wait(monkeypatch):
+    monkeypatch.setattr(fetch_mod, "RETRY_WAIT", 0.0)
+
+
+def test_an_html_page_where_a_zip_belongs_is_one_line_and_nothing_is_kept(server, cache, capsys):
+    page = b"<!DOCTYPE html><html><head><title>Sign in</title></head><body>Log in to Dropbox</body></html>"
+    server.routes["/files/data_ids_april7.zip"] = _answer(200, page, "text/html; charset=utf-8")
+    assert data_main(["fetch", "2wikimultihopqa"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert "2wikimultihopqa: " in err and f"{server.url}/files/data_ids_april7.zip returned an HTML page" in err
+    assert "text/html" in err and "<!DOCTYPE html>" in err and "where data_ids_april7.zip belongs; nothing was kept" in err
+    folder = cache / "data" / "2wikimultihopqa" / "2021-04-07"
+    assert not [p for p in folder.rglob("*") if p.is_file()]
+    del server.routes["/files/data_ids_april7.zip"]  # the source answers again: the file, checked, read
+    assert data_main(["fetch", "2wikimultihopqa"]) == 0
+
+
+def test_a_json_error_where_a_json_file_belongs_and_a_403_are_one_line(server, cache, capsys):
+    server.routes["/files/hotpot_train_v1.1.json"] = _answer(200, b"Forbidden\n", "text/plain")
+    assert data_main(["fetch", "hotpotqa", "--source", "url"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "returned not a json file" in err and "b'Forbidden\\n'" in err
+    server.routes["/files/hotpot_train_v1.1.json"] = _answer(403, b"no", "text/plain")
+    assert data_main(["fetch", "hotpotqa", "--source", "url"]) == 2
+    assert "hotpot_train_v1.1.json: HTTP 403" in capsys.readouterr().err
+
+
+def test_a_page_saved_by_an_older_fetch_is_removed_and_fetched_again_never_reused(server, cache, capsys):
+    folder = cache / "data" / "musique" / "v1.0"
+    folder.mkdir(parents=True)
+    (folder / "musique_v1.0.zip").write_bytes(b"<html><body>Google Drive - Virus scan warning</body></html>")
+    fetch("musique", log=_say)  # no lock records it: checked as a download is, removed, fetched again
+    assert load_items("musique:dev")[0].id == MUSIQUE_DEV["id"]
+
+
+def test_a_cut_archive_from_a_mirror_is_one_line_and_removed(tmp_path, cache, capsys):
+    mirror = write_sources(tmp_path / "sources") / "files"
+    whole = (mirror / "musique_v1.0.zip").read_bytes()
+    (mirror / "musique_v1.0.zip").write_bytes(whole[: len(whole) // 2])
+    assert data_main(["fetch", "musique", "--mirror", str(mirror)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "musique: musique_v1.0.zip is not a whole zip archive" in err
+    assert "check the mirror's copy" in err
+    assert not (cache / "data" / "musique" / "v1.0" / "musique_v1.0.zip").exists()  # never reused
+    (mirror / "musique_v1.0.zip").write_bytes(whole)
+    assert data_main(["fetch", "musique", "--mirror", str(mirror)]) == 0
+
+
+def _drive_form(action: str, file_id: str, uuid: str) -> bytes:
+    """Google Drive's virus-scan page as drive.usercontent.google.com serves it for a large file (its shape as
+    gdown and others parse it: a form id="download-form", GET, hidden inputs id, export, confirm, uuid)."""
+    return (f'<!DOCTYPE html><html><head><title>Google Drive - Virus scan warning</title></head><body>'
+            f'<div class="uc-main"><div id="uc-text"><p class="uc-warning-caption">Google Drive can\'t scan this file '
+            f'for viruses.</p><p class="uc-warning-subcaption"><span class="uc-name-size"><a href="/open?id={file_id}">'
+            f'musique_v1.0.zip</a> (1.4G)</span> is too large for Google to scan for viruses. Would you still like to '
+            f'download this file?</p><form id="download-form" action="{action}" method="get">'
+            f'<input type="submit" id="uc-download-link" class="goog-inline-block jfk-button jfk-button-action" '
+            f'value="Download anyway"/><input type="hidden" name="id" value="{file_id}">'
+            f'<input type="hidden" name="export" value="download"><input type="hidden" name="confirm" value="t">'
+            f'<input type="hidden" name="uuid" value="{uuid}"></form></div></div></body></html>').encode()
+
+
+def test_drives_confirmation_form_is_read_and_followed(server, cache, monkeypatch):
+    import dataclasses as dc
+
+    file_id, uuid = "1tGdADlNjWFaHLeZZGShh2IRcpO6Lv24h", "6f1b0a4c-2b1e-4d7e-9f3a-0c5d8e7a1b2c"
+    zip_bytes = (Path(server.root) / "files" / "musique_v1.0.zip").read_bytes()
+    host = server.url.split("://", 1)[1]
+    monkeypatch.setattr(fetch_mod, "_DRIVE_HOSTS", fetch_mod._DRIVE_HOSTS + (host,))
+
+    def drive(h):
+        query = dict(__import__("urllib.parse").parse.parse_qsl(h.path.split("?", 1)[1]))
+        if query.get("uuid") == uuid and query.get("confirm") == "t" and query.get("id") == file_id:
+            return _answer(200, zip_bytes, "application/octet-stream")(h)
+        return _answer(200, _drive_form(f"{server.url}/download", file_id, uuid), "text/html; charset=utf-8")(h)
+
+    server.routes["/download"] = drive
+    e = registry.REGISTRY["musique"]
+    s = e.sources[0]
+    files = (dc.replace(s.files[0], url=f"{server.url}/download?id={file_id}&export=download&confirm=t"),)
+    monkeypatch.setitem(registry.REGISTRY, "musique", dc.replace(e, sources=(dc.replace(s, files=files),)))
+    fetch("musique", log=_say)
+    assert load_items("musique:dev")[0].id == MUSIQUE_DEV["id"]
+    asked = [p for p, _ in server.requests if p.startswith("/download")]
+    assert len(asked) == 2 and f"uuid={uuid}" in asked[1] and "confirm=t" in asked[1]
+    # Drive's quota page: one line saying so
+    quota = (b'<html><body><div class="uc-main"><p class="uc-error-caption">Sorry, you can&#39;t view or download this '
+             b'file at this time.</p><p class="uc-error-subcaption">Too many users have viewed or downloaded this file '
+             b'recently. Please try accessing the file again later.</p></div></body></html>')
+    server.routes["/download"] = _answer(200, quota, "text/html")
+    (cache / "data" / "musique" / "v1.0" / registry.LOCK_NAME).unlink()
+    (cache / "data" / "musique" / "v1.0" / "musique_v1.0.zip").unlink()
+    with pytest.raises(FetchError) as err:
+        fetch("musique", log=_say)
+    line = str(err.value)
+    assert "\n" not in line and "Google Drive answered a page, not the file (Too many users have viewed" in line
+    assert "download quota for this file is used up: try again in 24 hours" in line and "--mirror DIR" in line
+
+
+def test_a_token_goes_only_to_the_host_it_belongs_to(server, cache, tmp_path, monkeypatch):
+    cdn = Server(server.root, host="127.0.0.2")  # the hub's CDN: another host
+    try:
+        resolve = f"/datasets/{fetch_fixtures.REPO}/resolve/{COMMIT}/"
+
+        def to_cdn(h):
+            h.send_response(302)
+            h.send_header("Location", f"{cdn.url}/files-hub/{h.path[len(resolve):]}")
+            h.send_header("Content-Length", "0")
+            h.end_headers()
+
+        def cdn_file(h):
+            return _answer(200, (Path(server.root) / "hub" / h.path[len("/files-hub/"):]).read_bytes())(h)
+
+        server.routes[resolve] = to_cdn
+        cdn.routes["/files-hub/"] = cdn_file
+        monkeypatch.setenv("HF_TOKEN", "hf_secret")
+        fetch("hotpotqa", log=_say)
+        assert load_items("hotpotqa:dev") == [expected_hotpot_dev()]
+        sent_hub = [h.get("Authorization") for h in server.headers]
+        sent_cdn = [h.get("Authorization") for h in cdn.headers]
+        assert sent_hub and all(a == "Bearer hf_secret" for a in sent_hub)  # the hub's own routes carry it
+        assert len(sent_cdn) == 4 and all(a is None for a in sent_cdn)  # the other host never sees it
+    finally:
+        cdn.close()
+
+
+def test_a_redirect_on_the_same_host_keeps_the_token(server, cache, monkeypatch):
+    resolve = f"/datasets/{fetch_fixtures.REPO}/resolve/{COMMIT}/"
+
+    def moved(h):
+        h.send_response(302)
+        h.send_header("Location", f"/moved/{h.path[len(resolve):]}")
+        h.send_header("Content-Length", "0")
+        h.end_headers()
+
+    server.routes[resolve] = moved
+    server.routes["/moved/"] = lambda h: _answer(200, (Path(server.root) / "hub" / h.path[len("/moved/"):]).read_bytes())(h)
+    monkeypatch.setenv("HF_TOKEN", "hf_secret")
+    fetch("hotpotqa", log=_say)
+    moved_headers = [hd for (p, _), hd in zip(server.requests, server.headers) if p.startswith("/moved/")]
+    assert len(moved_headers) == 4 and all(hd.get("Authorization") == "Bearer hf_secret" for hd in moved_headers)
+
+
+def test_a_body_cut_midway_resumes_with_a_range_request(server, cache, monkeypatch):
+    _no_wait(monkeypatch)
+    data = (Path(server.root) / "files" / "psgs_w100.tsv.gz").read_bytes()
+    calls = {"n": 0}
+
+    def flaky(h):
+        calls["n"] += 1
+        rng = h.headers.get("Range")
+        start = int(rng.split("=")[1].split("-")[0]) if rng else 0
+        rest = data[start:]
+        if calls["n"] == 1:  # the first answer promises the whole file and stops half-way
+            return _answer(200, rest, cut=len(rest) // 2)(h)
+        extra = {"Content-Range": f"bytes {start}-{len(data) - 1}/{len(data)}"}
+        return _answer(206, rest, extra=extra)(h)
+
+    server.routes["/files/psgs_w100.tsv.gz"] = flaky
+    fetch("wiki2018-dpr", log=_say)
+    ranges = [r for p, r in server.requests if p == "/files/psgs_w100.tsv.gz"]
+    assert ranges == [None, f"bytes={len(data) // 2}-"]
+    assert len(read_named_corpus("wiki2018-dpr")) == 2
+
+
+def test_a_connection_that_keeps_dropping_is_one_line_after_bounded_retries(server, cache, monkeypatch, capsys):
+    _no_wait(monkeypatch)
+    data = (Path(server.root) / "files" / "psgs_w100.tsv.gz").read_bytes()
+
+    def always_cut(h):
+        rng = h.headers.get("Range")
+        start = int(rng.split("=")[1].split("-")[0]) if rng else 0
+        extra = {"Content-Range": f"bytes {start}-{len(data) - 1}/{len(data)}"} if rng else {}
+        return _answer(206 if rng else 200, data[start:], extra=extra, cut=2)(h)
+
+    server.routes["/files/psgs_w100.tsv.gz"] = always_cut
+    assert data_main(["fetch", "wiki2018-dpr"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert f"wiki2018-dpr: {server.url}/files/psgs_w100.tsv.gz: the connection dropped {fetch_mod.RETRIES + 1} times" in err
+    assert f"of {len(data)} bytes of psgs_w100.tsv.gz in psgs_w100.tsv.gz.part); run fetch again to resume" in err
+    assert len([p for p, _ in server.requests if p == "/files/psgs_w100.tsv.gz"]) == fetch_mod.RETRIES + 1
+    del server.routes["/files/psgs_w100.tsv.gz"]
+    assert data_main(["fetch", "wiki2018-dpr"]) == 0  # the next fetch resumes from the part
+
+
+def test_a_hub_listing_over_several_pages_is_read_whole(server, cache):
+    server.page_size = 1  # the train folder's two shards come on two pages
+    folder, lock = fetch("hotpotqa", log=_say)
+    assert {"distractor/train-00000-of-00002.parquet", "distractor/train-00001-of-00002.parquet"} <= set(lock["files"])
+    assert len(load_items("hotpotqa:train")) == 2
+    assert any("cursor=1" in p for p, _ in server.requests)
+
+
+def test_a_publisher_size_and_md5_are_checked(server, cache, monkeypatch, capsys):
+    import dataclasses as dc
+    import hashlib
+
+    data = (Path(server.root) / "files" / "psgs_w100.tsv.gz").read_bytes()
+    e = registry.REGISTRY["wiki2018-dpr"]
+    s = e.sources[0]
+
+    def pin(**kw):
+        files = (dc.replace(s.files[0], **kw),)
+        monkeypatch.setitem(registry.REGISTRY, "wiki2018-dpr", dc.replace(e, sources=(dc.replace(s, files=files),)))
+
+    pin(size=len(data), md5="0" * 32)
+    assert data_main(["fetch", "wiki2018-dpr"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "psgs_w100.tsv.gz: checksum mismatch (MD5" in err and "the publisher gives " + "0" * 32 in err
+    assert not list((cache / "data" / "wiki2018-dpr" / "dpr-psgs-w100").glob("psgs*"))
+    pin(size=len(data), md5=hashlib.md5(data).hexdigest())
+    assert data_main(["fetch", "wiki2018-dpr"]) == 0
