@@ -6,6 +6,7 @@
   files/hotpot_*.json                              HotpotQA's official JSON arrays
   files/data_ids_april7.zip                        2Wiki's release: data_ids_april7/{train,dev,test,id_aliases}.json
   files/musique_v1.0.zip                           MuSiQue's release: data/musique_{ans,full}_v1.0_*.jsonl
+  files/MINTQA-{POP,TI}.json                       MINTQA's release: JSON Lines
   files/enwiki-...-abstracts.tar.bz2               HotpotQA's abstracts: a tar.bz2 of bz2 JSON Lines
   files/psgs_w100.tsv.gz                           DPR's passages: gzipped, tab-separated, csv-quoted
 
@@ -95,6 +96,23 @@ MUSIQUE_TRAIN = {**MUSIQUE_DEV, "id": "2hop__1_2", "question": "Who is the elder
                  "answer_aliases": [], "question_decomposition": MUSIQUE_DEV["question_decomposition"][:1] + [
                      {"id": 2, "question": "#1", "answer": "Venus Williams", "paragraph_support_idx": 2}]}
 
+#: MINTQA's release (github.com/probe2/multi-hop): MINTQA-POP.json / MINTQA-TI.json, one JSON object a line, the
+#: fields its README lists (question, answer, type = per-hop knowledge labels, num_hops, subquestion, subanswer,
+#: triple = the Wikidata chain, facts); the value shapes (lists per hop) are as that README and the paper describe
+MINTQA_POP = [
+    {"question": "Who is the head coach of the team that Kevin Durant plays for?", "answer": "Mike Budenholzer",
+     "type": ["popular", "unpopular"], "num_hops": 2,
+     "subquestion": ["Which team does Kevin Durant play for?", "Who is the head coach of Phoenix Suns?"],
+     "subanswer": ["Phoenix Suns", "Mike Budenholzer"],
+     "triple": [["Kevin Durant", "member of sports team", "Phoenix Suns"], ["Phoenix Suns", "head coach", "Mike Budenholzer"]],
+     "facts": ["Kevin Durant plays for Phoenix Suns.", "The head coach of Phoenix Suns is Mike Budenholzer."]},
+]
+MINTQA_TI = [
+    {"question": "Who is the head of government of Senegal?", "answer": "Ousmane Sonko", "type": "new", "num_hops": 1,
+     "subquestion": ["Who is the head of government of Senegal?"], "subanswer": ["Ousmane Sonko"],
+     "triple": [["Senegal", "head of government", "Ousmane Sonko"]], "facts": ["The head of government of Senegal is Ousmane Sonko."]},
+]
+
 ABSTRACTS = [
     {"id": "12", "url": "https://en.wikipedia.org/wiki?curid=12", "title": "Ed Wood", "text": ED_WOOD,
      "charoffset": [[[0, 7]], [[0, 3]]], "text_with_links": ED_WOOD, "charoffset_with_links": [[[0, 7]], [[0, 3]]]},
@@ -163,6 +181,8 @@ def write_sources(root: Path, *, hotpot_dev: list[dict] | None = None, wiki2_dev
         "data/musique_ans_v1.0_test.jsonl": jsonl([{"id": "2hop__9_9", "paragraphs": [], "question": "?"}]),
         "data/musique_full_v1.0_dev.jsonl": jsonl([MUSIQUE_DEV]),
     })
+    (files / "MINTQA-POP.json").write_text(jsonl(MINTQA_POP), encoding="utf-8")
+    (files / "MINTQA-TI.json").write_text(jsonl(MINTQA_TI), encoding="utf-8")
     tar = files / "enwiki-20171001-pages-meta-current-withlinks-abstracts.tar.bz2"
     with tarfile.open(tar, "w:bz2") as t:
         for sub, rows in (("AA", ABSTRACTS), ("AB", ABSTRACTS_2)):
@@ -266,11 +286,13 @@ class Server:
 
 
 def point_urls_at(monkeypatch, base: str) -> None:
-    """The registry's official addresses, served at `base`/files/<file name> (the same code downloads them)."""
+    """The registry's official addresses, served at `base`/files/<file name> (the same code downloads them); the
+    publishers' pinned sizes and MD5s are left out (the fixtures are small copies, not the published files)."""
     from knowtrace_train.data import registry
 
     for name, e in list(registry.REGISTRY.items()):
         sources = tuple(
-            dataclasses.replace(s, files=tuple(dataclasses.replace(f, url=f"{base}/files/{f.path}") for f in s.files))
+            dataclasses.replace(s, files=tuple(dataclasses.replace(f, url=f"{base}/files/{f.path}", size=None, md5=None)
+                                               for f in s.files))
             if s.kind == "url" else s for s in e.sources)
         monkeypatch.setitem(registry.REGISTRY, name, dataclasses.replace(e, sources=sources))

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import fetch_fixtures
-from fetch_fixtures import (COMMIT, DPR_ROWS, ED_WOOD, HOTPOT_DEV, MUSIQUE_DEV, WIKI2_ALIASES, WIKI2_DEV, Server, jsonl, point_urls_at,
+from fetch_fixtures import (COMMIT, DPR_ROWS, ED_WOOD, HOTPOT_DEV, MINTQA_POP, MUSIQUE_DEV, WIKI2_ALIASES, WIKI2_DEV, Server, jsonl, point_urls_at,
                             write_parquet, write_sources, zip_of)
 from knowtrace_train.data import fetch as fetch_mod
 from knowtrace_train.data import registry
@@ -130,6 +130,30 @@ def test_musique_from_its_zip(server):
             SubQuestion("When did #1 win her first Wimbledon title?", "2000", paragraph_ids=(vw.id,)))))]
 
 
+def test_mintqa_from_its_release(server):
+    fetch("mintqa", log=_say)
+    pop, ti = load_items("mintqa:pop"), load_items("mintqa:ti")
+    assert pop == [QAItem(
+        id="mintqa-0", question=MINTQA_POP[0]["question"], answers=("Mike Budenholzer",), dataset="mintqa", split="pop",
+        type="popular-unpopular", hops=2,
+        evidence=GoldEvidence(triples=(("Kevin Durant", "member of sports team", "Phoenix Suns"),
+                                       ("Phoenix Suns", "head coach", "Mike Budenholzer")),
+                              sub_questions=(SubQuestion("Which team does Kevin Durant play for?", "Phoenix Suns", knowledge_type="popular"),
+                                             SubQuestion("Who is the head coach of Phoenix Suns?", "Mike Budenholzer",
+                                                         knowledge_type="unpopular"))))]
+    assert [(it.type, it.hops, it.evidence.sub_questions[0].knowledge_type) for it in ti] == [("new", 1, "new")]
+
+
+def test_a_mintqa_row_whose_types_do_not_match_its_hops_names_the_field(tmp_path):
+    bad = {**MINTQA_POP[0], "type": ["popular"]}
+    (tmp_path / "MINTQA-POP.json").write_text(jsonl([MINTQA_POP[0], bad]), encoding="utf-8")
+    with pytest.raises(DataFileError, match=r"MINTQA-POP\.json:2: field 'type' must give one knowledge type per hop \(2\)"):
+        load_items(tmp_path / "MINTQA-POP.json")
+    one = {**MINTQA_POP[0], "type": "popular-unpopular"}  # the labels as one string
+    (tmp_path / "MINTQA-POP.json").write_text(jsonl([one]), encoding="utf-8")
+    assert load_items(tmp_path / "MINTQA-POP.json")[0].type == "popular-unpopular"
+
+
 def test_the_corpora(server):
     fetch("wiki2017-abstracts", log=_say)
     fetch("wiki2018-dpr", log=_say)
@@ -146,7 +170,7 @@ def test_the_corpora(server):
 def test_list_and_unknown_names(server, capsys):
     assert data_main(["list"]) == 0
     out = capsys.readouterr().out
-    assert "hotpotqa" in out and "not fetched" in out and "mintqa" in out and "unavailable" in out
+    assert "hotpotqa" in out and "not fetched" in out and "mintqa" in out
     assert data_main(["fetch", "hotpotq"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "did you mean 'hotpotqa'" in err and "wiki2018-dpr" in err
@@ -155,8 +179,6 @@ def test_list_and_unknown_names(server, capsys):
     fetch("musique", log=_say)
     with pytest.raises(FetchError, match=r"musique has no split 'test' \(splits: train, dev\)"):
         load_items("musique:test")
-    with pytest.raises(FetchError, match="no public copy of MINTQA"):
-        fetch("mintqa")
     assert data_main(["list"]) == 0 and "musique              qa     fetched" in capsys.readouterr().out
 
 
@@ -602,3 +624,10 @@ def test_a_publisher_size_and_md5_are_checked(server, cache, monkeypatch, capsys
     assert not list((cache / "data" / "wiki2018-dpr" / "dpr-psgs-w100").glob("psgs*"))
     pin(size=len(data), md5=hashlib.md5(data).hexdigest())
     assert data_main(["fetch", "wiki2018-dpr"]) == 0
+
+
+def test_the_published_size_and_md5_are_pinned_where_a_publisher_gives_them():
+    f = registry.REGISTRY["wiki2017-abstracts"].sources[0].files[0]
+    assert (f.size, f.md5) == (1_553_565_403, "01edf64cd120ecc03a2745352779514c")  # hotpotqa.github.io/wiki-readme.html
+    pinned = {(e.name, x.path) for e in registry.REGISTRY.values() for s in e.sources for x in s.files if x.md5 or x.sha256}
+    assert pinned == {("wiki2017-abstracts", f.path)}  # the rest: recorded at first fetch (docs/data.md's table)

@@ -21,8 +21,10 @@ format is told by the keys of its first record (`detect_format`), or named with 
   decomposition steps; ``type`` = the id's prefix ("2hop", "3hop1", ...). Evidence:
   ``paragraph_ids``/``titles`` of the supporting paragraphs (decomposition order first) and one
   ``sub_questions`` entry per step, its "#1" references kept as they are.
-- ``mintqa``: MINTQA as its paper describes an item (no official file layout is given there);
-  one JSON object per item::
+- ``mintqa``: the authors' release (github.com/probe2/multi-hop: ``MINTQA-POP.json`` and
+  ``MINTQA-TI.json``, one JSON object a line, ``question, answer, type, num_hops, subquestion,
+  subanswer, triple, facts``; read by `_mintqa_release` into the layout below), or one JSON object
+  per item in the layout this reader took before the release was known::
 
       {"id": "...",                      # optional; default "<dataset>-<i>", i = array index
                                          #   or 0-based line number
@@ -296,7 +298,7 @@ def _format_of(path: Path, row: Any) -> str:
             return "musique"
         if "context" in keys and ("supporting_facts" in keys or "_id" in keys):
             return "2wikimultihopqa" if keys & {"evidences", "entity_ids", "answer_id"} else "hotpotqa"
-        if "triplets" in keys:
+        if "triplets" in keys or "triple" in keys and keys & {"subquestion", "num_hops"}:
             return "mintqa"
         if "golden_answers" in keys:
             return "flashrag"
@@ -443,7 +445,39 @@ def _musique(row: dict, index: int, dataset: str, split: str) -> QAItem:
     )
 
 
+_LABELS = re.compile(r"[\s,;/-]+")
+
+
+def _mintqa_release(row: dict) -> dict:
+    """A row of the authors' release (github.com/probe2/multi-hop, MINTQA-POP.json / MINTQA-TI.json: ``question,
+    answer, type, num_hops, subquestion, subanswer, triple, facts``) in the layout `_mintqa` reads: ``triple`` ->
+    triplets, ``num_hops`` -> hops, ``subquestion``/``subanswer`` with the per-hop labels of ``type`` ->
+    sub_questions. ``type`` is a list of per-hop labels or one string of them ("popular-unpopular"); a 1-hop item
+    may give one triple and one sub-question as bare values. ``facts`` is not read."""
+    chain = row.get("triple")
+    if isinstance(chain, list) and len(chain) == 3 and all(isinstance(x, str) for x in chain):
+        chain = [chain]  # one hop, one triple
+    subq, suba = row.get("subquestion"), row.get("subanswer")
+    subq = [subq] if isinstance(subq, str) else subq
+    suba = [suba] if isinstance(suba, (str, int, float)) and not isinstance(suba, bool) else suba
+    labels = row.get("type")
+    if isinstance(labels, str):
+        labels = [x for x in _LABELS.split(labels) if x]
+    out = {k: v for k, v in row.items() if k not in ("triple", "num_hops", "subquestion", "subanswer", "type")}
+    out["triplets"], out["hops"] = chain, row.get("num_hops")
+    if subq is None:
+        raise _RowError("missing required field 'subquestion'")
+    if not isinstance(subq, list) or not isinstance(suba, list) or len(subq) != len(suba):
+        raise _RowError("fields 'subquestion' and 'subanswer' must be lists of the same length (one per hop)")
+    if not isinstance(labels, list) or len(labels) != len(subq):
+        raise _RowError(f"field 'type' must give one knowledge type per hop ({len(subq)}), got {row.get('type')!r}")
+    out["sub_questions"] = [{"question": q, "answer": str(a), "type": t} for q, a, t in zip(subq, suba, labels)]
+    return out
+
+
 def _mintqa(row: dict, index: int, dataset: str, split: str) -> QAItem:
+    if "triple" in row and "triplets" not in row:
+        row = _mintqa_release(row)
     chain = _list(row, "triplets")
     if not chain:
         raise _RowError("field 'triplets' is empty")

@@ -5,10 +5,11 @@ official download address), its files, and the reader that maps them to `QAItem`
 ``$KNOWTRACE_CACHE/data/<name>/<revision>/`` and writes ``fetch.lock.json`` there last; a config names
 what it fetched as ``hotpotqa:train`` (a split) or ``corpus: {source: name, name: wiki2018-dpr}``.
 
-Sizes and SHA-256 are written here where known; where they are None the first fetch computes them, records
-them in the lock file, and every later fetch of that revision is checked against the lock ("pinned at first
-fetch"). A hub source's files carry their SHA-256 in the hub's listing (the LFS object id), which is checked
-on download. No hash here is guessed.
+Sizes and hashes are written here where a publisher gives them (HotpotQA's abstracts: size and MD5), each
+with its source named; where they are None the first fetch computes the SHA-256, records it in the lock file,
+and every later fetch of that revision is checked against the lock ("pinned at first fetch"). A hub source's
+files carry their SHA-256 in the hub's listing (the LFS object id), which is checked on download. No hash here
+is guessed.
 """
 
 from __future__ import annotations
@@ -81,6 +82,7 @@ class Entry:
 
 
 _HOTPOT_URL = "http://curtis.ml.cmu.edu/datasets/hotpot/"
+_MINTQA_URL = "https://raw.githubusercontent.com/probe2/multi-hop/main/"
 _QA_KEEPS = "question, answer, type; context paragraphs; supporting facts (title, sentence) and their paragraphs"
 
 REGISTRY: dict[str, Entry] = {e.name: e for e in (
@@ -135,17 +137,29 @@ REGISTRY: dict[str, Entry] = {e.name: e for e in (
         "supporting paragraphs", size="answerable: train 19,938; dev 2,417 questions",
     ),
     Entry(
-        "mintqa", "qa", (), licence="-", keeps="-",
-        unavailable="no public copy of MINTQA is known to this registry: read a local file "
-        "(data.train: path/to/mintqa.jsonl, format mintqa; see docs/mintqa.md)",
+        "mintqa", "qa",
+        (Source(
+            "url", "main", reader="mintqa",
+            files=(RemoteFile("MINTQA-POP.json", _MINTQA_URL + "MINTQA-POP.json"),
+                   RemoteFile("MINTQA-TI.json", _MINTQA_URL + "MINTQA-TI.json")),
+            splits={"pop": ("MINTQA-POP.json",), "ti": ("MINTQA-TI.json",)},
+            why="the paper's own repository (github.com/probe2/multi-hop, named in the paper): JSON Lines with "
+                "question, answer, per-hop knowledge types, hop count, sub-questions and answers, the Wikidata "
+                "triple chain and facts; the hub's probejie/MINTQA is a parquet copy of the same rows",
+        ),),
+        licence="see github.com/probe2/multi-hop", keeps="question, answer, per-hop knowledge types (popular/unpopular "
+        "or new/old), the triple chain, sub-questions with their answers", size="MINTQA-POP 17,887; MINTQA-TI 10,479 questions",
     ),
     Entry(
         "wiki2017-abstracts", "corpus",
         (Source(
             "url", "20171001", reader="wiki_abstracts",
+            # size and MD5 as the publisher gives them (hotpotqa.github.io/wiki-readme.html, as quoted with that page
+            # named in public repositories that checked their copies against it); the SHA-256 is recorded at first fetch
             files=(RemoteFile("enwiki-20171001-pages-meta-current-withlinks-abstracts.tar.bz2",
                               "https://nlp.stanford.edu/projects/hotpotqa/"
-                              "enwiki-20171001-pages-meta-current-withlinks-abstracts.tar.bz2"),),
+                              "enwiki-20171001-pages-meta-current-withlinks-abstracts.tar.bz2",
+                              size=1_553_565_403, md5="01edf64cd120ecc03a2745352779514c"),),
             why="HotpotQA's own corpus (the first paragraph of every article, 2017-10-01), as IRCoT indexes it",
         ),),
         licence="CC BY-SA (Wikipedia)", keeps="one passage per article with text: title, the abstract's sentences joined",
