@@ -214,6 +214,14 @@ def _em_table(summaries: Sequence[dict[str, Any]], z: int, keep: set[str] | None
     return ids or [], rows
 
 
+def _fa(summary: dict[str, Any], z: int) -> dict[str, Any] | None:
+    """Iteration z's FA ratio of a run and its parts (`fa_decomposed`, where the rationalizer tells them)."""
+    row = next((r for r in summary.get("iterations") or () if r.get("iteration") == z), None)
+    if row is None or row.get("fa_ratio") is None:
+        return None
+    return {"fa_ratio": row["fa_ratio"], **(row.get("fa_decomposed") or {})}
+
+
 def compare_arms(arms: Sequence[Arm], *, kind: str | None = None, seed: int = 0) -> dict[str, Any]:
     """Per arm and model (0 = M0, then each iteration): the seeds' EM, their mean with an interval (bootstrap over
     questions of each question's mean EM over the seeds), the pooled paired test against M0; and each later arm
@@ -239,6 +247,7 @@ def compare_arms(arms: Sequence[Arm], *, kind: str | None = None, seed: int = 0)
                        "em_by_seed": {str(sd): sum(e) / len(e) for sd, e in zip(arm.seeds, em)}}
                 if z > 0:
                     row["vs_m0"] = dataclasses.asdict(pooled_paired_test(m0_em, em, seed=seed))
+                    row["fa_by_seed"] = {str(sd): _fa(s, z) for sd, s in zip(arm.seeds, arm.runs)}
                 rows.append(row)
         out["arms"].append({"arm": arm.name, "mode": arm.mode, "settings": arm.settings, "seeds": arm.seeds,
                             "incomplete": arm.incomplete, "models": rows})
@@ -301,9 +310,27 @@ def arms_table(result: dict[str, Any]) -> str:
 
 
 def plot_arms(result: dict[str, Any], out: str | Path, title: str = "") -> Path:
-    """Dev EM per model for each arm: every seed a thin line, the mean over the seeds a thick one with its 95%
-    interval (bootstrap over questions)."""
-    fig, ax = pyplot().subplots(figsize=(6, 4))
+    """The paper's Figure 2 over seeds: (a) dev EM per model for each arm, every seed a thin line, the mean over the
+    seeds a thick one with its 95% interval (bootstrap over questions); (b) each iteration's FA ratio, the mean
+    over the seeds, and beside it (dashed) its part inside traced trajectories, the paper's noise (unneeded pairs
+    and extraneous triplets), where the runs record it."""
+    fig, (ax, ax_fa) = pyplot().subplots(1, 2, figsize=(11, 4))
+    for i, arm in enumerate(result["arms"]):
+        fa_rows = [(r["iteration"], [v for v in (r.get("fa_by_seed") or {}).values() if v]) for r in arm["models"]]
+        fa_rows = [(z, vs) for z, vs in fa_rows if vs]
+        if not fa_rows:
+            continue
+        ax_fa.plot([z for z, _ in fa_rows], [sum(v["fa_ratio"] for v in vs) / len(vs) for _, vs in fa_rows],
+                   "o-", color=f"C{i}", label=f"{arm['arm']}: FA")
+        noisy = [(z, vs) for z, vs in fa_rows if all("unneeded_pairs" in v for v in vs)]
+        if noisy:
+            ax_fa.plot([z for z, _ in noisy], [sum(v["unneeded_pairs"] + v["extraneous_triplets"] for v in vs) / len(vs)
+                                               for _, vs in noisy], "s--", color=f"C{i}",
+                       label=f"{arm['arm']}: unneeded pairs + extraneous triplets")
+    ax_fa.set(xlabel="self-training iteration", ylabel="share of the correct trajectories' output tokens",
+              title="(b) FA ratio (mean over seeds)")
+    if ax_fa.lines:
+        ax_fa.legend(fontsize=7)
     for i, arm in enumerate(result["arms"]):
         color = f"C{i}"
         xs = [r["iteration"] for r in arm["models"]]
@@ -316,6 +343,7 @@ def plot_arms(result: dict[str, Any], out: str | Path, title: str = "") -> Path:
                     label=f"{arm['arm']}: mean of {len(arm['seeds'])} seeds")
     ax.set_xlabel("iteration (0 = M0)")
     ax.set_ylabel("dev EM")
+    ax.set_title("(a) dev EM")
     ax.set_xticks(sorted({r["iteration"] for arm in result["arms"] for r in arm["models"]}))
     ax.legend()
     if title:

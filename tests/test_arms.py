@@ -289,3 +289,22 @@ def test_upto_compares_runs_stopped_after_an_iteration_as_seeds(tmp_path, two_ar
          "why": "no dev evaluation of model(s) [2] (planned iterations 1..3, compared up to M2)"}]
     with pytest.raises(ConfigError, match="upto"):
         group_arms(stopped, upto=-1)
+
+
+def test_the_figure_2_over_seeds_carries_fa_and_its_noise_part(tmp_path, two_arms):
+    """Each iteration's FA of each seed rides along (with its parts where the run records them), and the figure
+    draws (b) FA and its noise part per arm."""
+    from knowtrace_train.arms import plot_arms
+
+    for s in two_arms:
+        for row in s["iterations"]:
+            row["fa_ratio"] = 0.3 if s["mode"] == "star" else 0.2
+            row["fa_decomposed"] = {"untraceable": 0.1, "unneeded_pairs": 0.05, "extraneous_triplets": 0.05,
+                                    "dropped_by_both": 0.0}
+    result = compare_arms(group_arms(two_arms))
+    m1 = result["arms"][1]["models"][1]
+    assert m1["fa_by_seed"]["0"] == {"fa_ratio": 0.3, "untraceable": 0.1, "unneeded_pairs": 0.05,
+                                     "extraneous_triplets": 0.05, "dropped_by_both": 0.0}
+    assert "fa_by_seed" not in result["arms"][0]["models"][0]  # M0 has no rollouts to trace
+    out = plot_arms(result, tmp_path / "fig2.png", "Figure 2")
+    assert out.is_file() and out.stat().st_size > 10_000
