@@ -135,3 +135,21 @@ def test_the_corpus_of_real_items_holds_every_gold_passage(shared_data):
     assert len(corpus) < sum(len(it.context) for it in items)  # some paragraphs recur across items
     for it in items:
         assert set(it.evidence.paragraph_ids) <= ids, it.id
+
+
+def test_a_dpr_row_with_an_empty_text_is_skipped_and_counted_a_broken_row_named(tmp_path, caplog):
+    import logging
+
+    from knowtrace_train.data.formats import dpr_passages
+    from knowtrace_train.io import DataFileError
+
+    path = tmp_path / "psgs_w100.tsv"
+    path.write_text('id\ttext\ttitle\n1\t"A text."\tA\n2\t""\tB\n3\t"C text."\tC\n', encoding="utf-8")
+    with caplog.at_level(logging.WARNING):
+        got = list(dpr_passages(path))
+    assert [p.title for p in got] == ["A", "C"]
+    assert "skipped 1 passage(s) with an empty text (line 3)" in caplog.text
+    path.write_text('id\ttext\ttitle\n1\t"A text."\tA\n2\tonly two\n', encoding="utf-8")
+    with pytest.raises(DataFileError, match=r"psgs_w100\.tsv:3: field 'columns'"):
+        list(dpr_passages(path))
+    assert [p.title for p in dpr_passages(path, skip_bad=True)] == ["A"]

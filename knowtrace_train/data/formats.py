@@ -13,6 +13,7 @@ import bz2
 import csv
 import gzip
 import json
+import logging
 import sys
 import tarfile
 from pathlib import Path
@@ -21,6 +22,8 @@ from typing import Any, Iterator
 from knowtrace_train.io import DataFileError
 
 from .schema import Passage, passage_id
+
+log = logging.getLogger(__name__)
 
 
 def parquet_records(path: Path) -> Iterator[tuple[str, int, Any]]:
@@ -95,26 +98,34 @@ def wiki_abstracts(path: Path, skip_bad: bool = False) -> Iterator[Passage]:
 
 
 def dpr_passages(path: Path, skip_bad: bool = False) -> Iterator[Passage]:
-    """DPR's psgs_w100.tsv(.gz): a header ``id, text, title`` and one tab-separated, csv-quoted row per passage."""
+    """DPR's psgs_w100.tsv(.gz): a header ``id, text, title`` and one tab-separated, csv-quoted row per passage.
+    A row with an empty text (nothing to retrieve) is skipped and counted in one log line at the end; a row
+    that is not three columns is an error naming its line, unless `skip_bad`."""
     csv.field_size_limit(sys.maxsize)
     opener = gzip.open if path.suffix == ".gz" else open
     seen: set[str] = set()
+    empty: list[int] = []
     with opener(path, "rt", encoding="utf-8", newline="") as f:  # type: ignore[operator]
         rows = csv.reader(f, delimiter="\t")
         header = next(rows, None)
         if header is None or [h.strip() for h in header[:3]] != ["id", "text", "title"]:
             raise DataFileError(f"{path}:1: expected the header id, text, title; got {header}")
         for lineno, row in enumerate(rows, 2):
-            if len(row) != 3 or not row[1].strip():
+            if len(row) == 3 and not row[1].strip():
+                empty.append(lineno)
+                continue
+            if len(row) != 3:
                 if skip_bad:
                     continue
-                field = "text" if len(row) == 3 else "columns"
-                raise DataFileError(f"{path}:{lineno}: field {field!r}: expected id, text, title, got {row[:3]!r}")
+                raise DataFileError(f"{path}:{lineno}: field 'columns': expected id, text, title, got {row[:3]!r}")
             title, text = row[2], row[1]
             pid = passage_id(title, text)
             if pid not in seen:
                 seen.add(pid)
                 yield Passage(pid, title, text)
+    if empty:
+        log.warning("%s: skipped %d passage(s) with an empty text (line %s%s)", path, len(empty),
+                    ", ".join(map(str, empty[:5])), ", ..." if len(empty) > 5 else "")
 
 
 CORPUS_READERS = {"wiki_abstracts": wiki_abstracts, "dpr_tsv": dpr_passages}
