@@ -110,8 +110,8 @@ def oracle_answers(run) -> dict[str, str]:
         for c in t.calls:
             text = c.output
             if c.index == 0 and c.pair is None and c.parsed and c.parsed.get("pairs"):
-                entity, guidance = c.parsed["pairs"][0]
-                text = outputs.exploration_guidance([GuidancePair(entity, guidance), GuidancePair(entity, EXTRA_GUIDANCE)])
+                pairs = [GuidancePair(e, g) for e, g in c.parsed["pairs"]]  # a round's gold pairs, then one unavailing
+                text = outputs.exploration_guidance([*pairs, GuidancePair(pairs[0].entity, EXTRA_GUIDANCE)])
             answers.setdefault(c.prompt, text)
     return answers
 
