@@ -67,6 +67,11 @@ class DatasetConfig:
     split: str | None = field(default=None, metadata={"help": "overrides the split name the file gives"})
     limit: int | None = field(default=None, metadata={"help": "evaluate only the first `limit` questions (None: all)"})
 
+    def __post_init__(self) -> None:
+        from knowtrace_train.data.bundled import bundled_path
+
+        self.path = bundled_path(self.path)  # the world's default, from an installed package too
+
 
 @dataclass
 class EvalConfig:

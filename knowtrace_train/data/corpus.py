@@ -71,6 +71,9 @@ class CorpusConfig:
     )
 
     def __post_init__(self) -> None:
+        from knowtrace_train.data.bundled import bundled_path
+
+        self.path = bundled_path(self.path)  # the world's default, from an installed package too
         if self.source not in CORPUS_SOURCES:
             raise ValueError(f"corpus.source must be one of {list(CORPUS_SOURCES)}, got {self.source!r}")
         if self.source == "file" and not self.path:

@@ -26,8 +26,12 @@ MAX_CORPUS_BYTES = 200 * 1024 * 1024
 def _resolve(raw: Any, run_dir: Path | None) -> Path | None:
     if not isinstance(raw, str) or not raw:
         return None
+    from knowtrace_train.data.bundled import bundled_path
+
     p = Path(raw)
-    for cand in [p] + ([] if p.is_absolute() else [*(c / p for c in ([run_dir] if run_dir else [])), CHECKOUT / p]):
+    # as written, beside the run folder, in the checkout, and the world's default from an installed package
+    for cand in [p] + ([] if p.is_absolute() else [*(c / p for c in ([run_dir] if run_dir else [])), CHECKOUT / p,
+                                                    Path(bundled_path(raw))]):
         if cand.is_file():
             return cand
     return None
