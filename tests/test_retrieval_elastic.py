@@ -247,3 +247,21 @@ def test_two_processes_starting_together_build_one_index(server, tmp_path):
     from opensearchpy import OpenSearch
 
     OpenSearch(hosts=[url]).indices.delete(index=index)
+
+
+def test_a_builder_that_fails_removes_its_half_built_index(server, monkeypatch):
+    url, flavor = server
+    index = fresh_index()
+
+    def failing_bulk(self):
+        raise RetrievalError("3 passages failed to index")
+
+    monkeypatch.setattr(ElasticRetriever, "_bulk_index", failing_bulk)
+    with pytest.raises(RetrievalError, match="3 passages failed to index"):
+        ElasticRetriever(CORPUS, url=url, flavor=flavor, index=index)
+    monkeypatch.undo()
+    again = ElasticRetriever(CORPUS, url=url, flavor=flavor, index=index, wait_s=0)  # no unmarked index left to wait on
+    try:
+        assert again.built
+    finally:
+        again.delete_index()

@@ -102,8 +102,15 @@ class ElasticRetriever:
         poll = 0.2
         while True:
             if self._create_index(k1, b):
-                self._bulk_index()
-                self._mark_ready()
+                try:
+                    self._bulk_index()
+                    self._mark_ready()
+                except BaseException:  # never leave a half-built index others would wait for: remove it, best effort
+                    try:
+                        self.client.indices.delete(index=self.index)
+                    except Exception:  # noqa: BLE001 - the first error is the one to report
+                        log.warning("could not delete the half-built %s index %s", self.flavor, self.index)
+                    raise
                 self.built = True
                 return
             try:
