@@ -15,7 +15,7 @@ from knowtrace_train.evaluate import EvalConfig
 from knowtrace_train.selftrain.config import DataConfig
 
 REPO = Path(__file__).resolve().parents[1]
-FILES = ("train.jsonl", "dev.jsonl", "test.jsonl", "corpus.jsonl")
+FILES = ("train.jsonl", "dev.jsonl", "test.jsonl", "corpus.jsonl", "facts.jsonl")
 
 
 def test_the_checkout_names_the_packaged_world():
@@ -31,6 +31,7 @@ def test_outside_a_checkout_the_defaults_are_the_packaged_files(tmp_path, monkey
     assert data.corpus.path == str(WORLD_DIR / "corpus.jsonl")
     assert EvalConfig().dataset.path == str(WORLD_DIR / "dev.jsonl")
     assert DataConfig(test="data/world/test.jsonl").test == str(WORLD_DIR / "test.jsonl")
+    assert DataConfig(facts="data/world/facts.jsonl").facts == str(WORLD_DIR / "facts.jsonl")
 
 
 def test_a_path_that_exists_or_is_not_the_worlds_is_left_as_given(tmp_path, monkeypatch):
