@@ -67,6 +67,11 @@ class DatasetConfig:
     split: str | None = field(default=None, metadata={"help": "overrides the split name the file gives"})
     limit: int | None = field(default=None, metadata={"help": "evaluate only the first `limit` questions (None: all)"})
 
+    def __post_init__(self) -> None:
+        from knowtrace_train.data.bundled import bundled_path
+
+        self.path = bundled_path(self.path)  # the world's default, from an installed package too
+
 
 @dataclass
 class EvalConfig:
@@ -318,7 +323,7 @@ def load_eval_items(config: EvalConfig) -> tuple[list[QAItem], list[QAItem]]:
 
 
 def load_corpus(config: EvalConfig, all_items: Sequence[QAItem]) -> list[Passage]:
-    from knowtrace_train.data.corpus import build_corpus, item_triples, kg_corpus, read_corpus, read_triples
+    from knowtrace_train.data.corpus import build_corpus, item_triples, kg_corpus, read_corpus, read_triples, use_store
 
     if config.corpus.source == "contexts":
         return build_corpus(all_items)
@@ -337,7 +342,7 @@ def load_corpus(config: EvalConfig, all_items: Sequence[QAItem]) -> list[Passage
 
         # always a passage store (`store` implied): written once into the cache home, BM25 sharded
         return open_generated(config.corpus.passages, config.corpus.seed, config.corpus.path)  # type: ignore[arg-type,return-value]
-    if config.corpus.store:
+    if use_store(config.corpus.store, config.corpus.path):  # type: ignore[arg-type]
         from knowtrace_train.data.store import open_store
 
         return open_store(config.corpus.path)  # type: ignore[arg-type,return-value]

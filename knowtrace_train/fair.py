@@ -77,6 +77,9 @@ class FairConfig:
                                         "while the others run); null: all"})
 
     def __post_init__(self) -> None:
+        from knowtrace_train.data.bundled import bundled_path
+
+        self.data = bundled_path(self.data)
         if not self.stages:
             raise ValueError("stages must name at least one stage (base, m0, iter_<z>)")
         for s in self.stages:

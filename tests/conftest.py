@@ -128,3 +128,13 @@ def encoder_dir() -> Path:
         return default_encoder_path()
     except RetrievalError as e:
         pytest.skip(str(e))
+
+
+@pytest.fixture(scope="session")
+def search_server():
+    """A real OpenSearch-compatible server on loopback, a free port, for the session: osmem-server (the dev extra;
+    MIT, its binary bundled in the wheel). It is not Lucene: it proves the retriever's protocol, index life cycle and
+    concurrency, not OpenSearch's own BM25 ranking (docs/retrieval.md, "Elasticsearch / OpenSearch")."""
+    osmem = pytest.importorskip("osmem_server", reason="osmem-server is not installed (pip install -e '.[dev]')")
+    with osmem.OsmemServer.start(japanese=False, addr="127.0.0.1:0") as server:
+        yield server.url

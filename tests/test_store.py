@@ -188,3 +188,24 @@ def test_corpus_store_option_gives_a_store_to_evaluate(tmp_path, monkeypatch):
     assert load_corpus(EvalConfig(corpus=CorpusConfig(path=str(WORLD))), []) == read_corpus(WORLD)  # default: as today
     with pytest.raises(ValueError, match="corpus.store needs corpus.source 'file'"):
         CorpusConfig(source="contexts", store=True)
+    assert CorpusConfig(source="contexts").store == "auto"  # the default is no error where no file is read
+    with pytest.raises(ValueError, match="corpus.store must be true, false or 'auto', got 'yes'"):
+        CorpusConfig(store="yes")
+
+
+def test_corpus_store_auto_chooses_by_the_file_size_and_says_so(tmp_path, monkeypatch, caplog):
+    from knowtrace_train.data import corpus as corpus_mod
+    from knowtrace_train.evaluate import EvalConfig, load_corpus
+
+    monkeypatch.setenv("KNOWTRACE_CACHE", str(tmp_path))
+    config = EvalConfig(corpus=corpus_mod.CorpusConfig(path=str(WORLD)))
+    assert config.corpus.store == "auto"
+    with caplog.at_level(logging.INFO, logger="knowtrace_train.data.corpus"):
+        in_memory = load_corpus(config, [])  # the world's 1 MiB: under the crossover
+        assert isinstance(in_memory, list) and in_memory == read_corpus(WORLD)
+        assert "under 100 MiB: read whole into memory" in caplog.text
+        monkeypatch.setattr(corpus_mod, "STORE_AUTO_BYTES", WORLD.stat().st_size)  # the file is now at the crossover
+        st = load_corpus(config, [])
+        assert isinstance(st, PassageStore) and list(st) == in_memory
+        assert "a passage store on disk" in caplog.text
+    assert load_corpus(EvalConfig(corpus=corpus_mod.CorpusConfig(path=str(WORLD), store=False)), []) == in_memory

@@ -18,16 +18,23 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Literal
 
 from knowtrace_train.data.schema import Passage, QAItem, passage_id
 from knowtrace_train.io import DataFileError, iter_jsonl, write_jsonl
 
+log = logging.getLogger(__name__)
+
 #: where a run's passages come from (CorpusConfig.source)
 CORPUS_SOURCES = ("contexts", "file", "generated", "kg", "name")
+#: `store: auto` reads a corpus file of at least this many bytes as a passage store, a smaller one whole into memory:
+#: the size where the in-memory path's peak RSS reaches the sharded store's plateau (about 700 MiB; measured with
+#: scripts/bench_store_crossover.py, docs/retrieval.md "In memory or on disk")
+STORE_AUTO_BYTES = 100 * 2**20
 
 
 @dataclass
@@ -46,9 +53,9 @@ class CorpusConfig:
         default="data/world/corpus.jsonl",
         metadata={"help": "the corpus JSONL (source 'file'; source 'generated': the passages placed among the distractors; unused otherwise)"},
     )
-    store: bool = field(
-        default=False,
-        metadata={"help": "source 'file': read the corpus from a passage store on disk (converted once into retrieval/store/ in the cache home, memory-mapped; BM25 then built in shards in bounded memory: docs/retrieval.md) rather than whole into memory (source 'generated' is always read so)"},
+    store: Literal[True, False, "auto"] = field(
+        default="auto",
+        metadata={"help": "source 'file': true reads the corpus from a passage store on disk (converted once into retrieval/store/ in the cache home, memory-mapped; BM25 then built in shards in bounded memory: docs/retrieval.md), false whole into memory; 'auto': the store for a file of 100 MiB or more, memory below (the log says which; source 'generated' is always read as a store)"},
     )
     passages: int | None = field(
         default=None,
@@ -64,11 +71,16 @@ class CorpusConfig:
     )
 
     def __post_init__(self) -> None:
+        from knowtrace_train.data.bundled import bundled_path
+
+        self.path = bundled_path(self.path)  # the world's default, from an installed package too
         if self.source not in CORPUS_SOURCES:
             raise ValueError(f"corpus.source must be one of {list(CORPUS_SOURCES)}, got {self.source!r}")
         if self.source == "file" and not self.path:
             raise ValueError("corpus.source is 'file' but corpus.path is empty")
-        if self.store and self.source not in ("file", "generated"):
+        if not (isinstance(self.store, bool) or self.store == "auto"):
+            raise ValueError(f"corpus.store must be true, false or 'auto', got {self.store!r}")
+        if self.store is True and self.source not in ("file", "generated"):
             raise ValueError(f"corpus.store needs corpus.source 'file' or 'generated', got {self.source!r}")
         if self.source == "generated":
             if self.passages is None:
@@ -83,6 +95,18 @@ class CorpusConfig:
             raise ValueError(f"corpus.seed needs corpus.source 'generated', got {self.source!r}")
         if self.source == "name" and not self.name:
             raise ValueError("corpus.source is 'name' but corpus.name is empty (e.g. name: wiki2018-dpr)")
+
+
+def use_store(store: bool | str, path: str | Path) -> bool:
+    """Whether the corpus file `path` is read as a passage store: `store` true or false as set; 'auto' by the
+    file's size against `STORE_AUTO_BYTES`, the choice logged."""
+    if store != "auto":
+        return bool(store)
+    size = Path(path).stat().st_size
+    chosen = size >= STORE_AUTO_BYTES
+    log.info("corpus.store auto: %s is %.1f MiB, %s %d MiB: %s", path, size / 2**20, "at least" if chosen else "under",
+             STORE_AUTO_BYTES // 2**20, "a passage store on disk (BM25 sharded)" if chosen else "read whole into memory")
+    return chosen
 
 
 def read_named_corpus(name: str, skip_bad: bool = False) -> list[Passage]:

@@ -38,8 +38,8 @@ from knowtrace_train.io import disk_space
 
 log = logging.getLogger(__name__)
 
-#: the synthetic world's corpus, the default base
-WORLD_CORPUS = Path(__file__).resolve().parents[2] / "data" / "world" / "corpus.jsonl"
+#: the synthetic world's corpus (shipped in the package: data/bundled.py), the default base
+WORLD_CORPUS = Path(__file__).resolve().parent / "world_files" / "corpus.jsonl"
 #: Bumped whenever the generator writes another corpus for the same parameters (a new key: generated anew).
 GENERATED_FORMAT = 1
 COINED_WORDS = 20_000

@@ -2,7 +2,7 @@
 
 The run's config.yaml names its data files and corpus (read when they can be found: as written, beside
 the run folder, or in the checkout); `--data` and `--corpus` add more. A corpus the run read as a passage store
-(`store: true`, or the source `generated`) is looked up through the store's id index, whatever its size (a
+(`store: true`, `auto` over a file of 100 MiB or more, or the source `generated`) is looked up through the store's id index, whatever its size (a
 generated corpus only where it is in the cache already: the report never generates one). A method explains a trajectory
 through `Method.explain` with the run's own strategy settings (the method's defaults for a bare file).
 Nothing here raises on what it reads: trouble becomes a note.
@@ -26,11 +26,23 @@ MAX_CORPUS_BYTES = 200 * 1024 * 1024
 def _resolve(raw: Any, run_dir: Path | None) -> Path | None:
     if not isinstance(raw, str) or not raw:
         return None
+    from knowtrace_train.data.bundled import bundled_path
+
     p = Path(raw)
-    for cand in [p] + ([] if p.is_absolute() else [*(c / p for c in ([run_dir] if run_dir else [])), CHECKOUT / p]):
+    # as written, beside the run folder, in the checkout, and the world's default from an installed package
+    for cand in [p] + ([] if p.is_absolute() else [*(c / p for c in ([run_dir] if run_dir else [])), CHECKOUT / p,
+                                                    Path(bundled_path(raw))]):
         if cand.is_file():
             return cand
     return None
+
+
+def _read_as_store(store: Any, path: Path) -> bool:
+    """Whether the run read its corpus file as a passage store: `store` true, or 'auto' and the file at least the
+    size `corpus.use_store` chose the store at (a config written before 'auto' has no key: false)."""
+    from knowtrace_train.data.corpus import use_store
+
+    return use_store(store, path) if store in (True, False, "auto") else False
 
 
 class Lookups:
@@ -67,7 +79,7 @@ class Lookups:
                 return
             if source == "generated":
                 self._add_generated(corpus, path)
-            elif corpus.get("store"):
+            elif _read_as_store(corpus.get("store", False), path):
                 self._add_store(path)
             else:
                 self.add_corpus(path)

@@ -73,7 +73,12 @@ class RetrieverConfig:
         default="", metadata={"help": "elasticsearch, opensearch: index name; '': derived from the corpus content ('knowtrace-<hash>')"}
     )
     recreate: bool = field(
-        default=False, metadata={"help": "elasticsearch, opensearch: delete and rebuild the index if it exists with other content"}
+        default=False, metadata={"help": "elasticsearch, opensearch: delete and rebuild the index if it exists with other content or half-built (one process only)"}
+    )
+    shards: int = field(default=1, metadata={"help": "elasticsearch, opensearch: the index's number_of_shards (over 1, searches gather corpus-wide statistics first: dfs_query_then_fetch)"})
+    replicas: int = field(default=0, metadata={"help": "elasticsearch, opensearch: the index's number_of_replicas"})
+    index_wait_s: float = field(
+        default=3600.0, metadata={"help": "elasticsearch, opensearch: how long a process waits for another one that builds the same index (its ready mark)"}
     )
     timeout_s: float = field(default=30.0, metadata={"help": "elasticsearch, opensearch: request timeout in seconds"})
     show_progress: bool = field(default=False, metadata={"help": "show progress bars while indexing"})
@@ -91,6 +96,12 @@ class RetrieverConfig:
             raise ValueError(f"retriever field 'dense_dtype' must be 'float32' or 'float16', got {self.dense_dtype!r}")
         if not isinstance(self.nprobe, int) or self.nprobe <= 0:
             raise ValueError(f"retriever field 'nprobe' must be a positive integer, got {self.nprobe!r}")
+        if isinstance(self.shards, bool) or not isinstance(self.shards, int) or self.shards < 1:
+            raise ValueError(f"retriever field 'shards' must be an integer >= 1, got {self.shards!r}")
+        if isinstance(self.replicas, bool) or not isinstance(self.replicas, int) or self.replicas < 0:
+            raise ValueError(f"retriever field 'replicas' must be an integer >= 0, got {self.replicas!r}")
+        if self.index_wait_s < 0:
+            raise ValueError(f"retriever field 'index_wait_s' must be >= 0, got {self.index_wait_s!r}")
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], where: str = "retriever") -> "RetrieverConfig":
@@ -160,4 +171,7 @@ def build_retriever(config: RetrieverConfig, passages: Sequence[Passage]) -> Ret
         recreate=config.recreate,
         timeout_s=config.timeout_s,
         show_progress=config.show_progress,
+        shards=config.shards,
+        replicas=config.replicas,
+        wait_s=config.index_wait_s,
     )

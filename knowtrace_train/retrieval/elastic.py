@@ -1,10 +1,19 @@
 """Elasticsearch / OpenSearch retrieval: bulk indexing with BM25 and batched multi-search, for
-corpora that outgrow one machine (the KnowTrace paper retrieved through Elasticsearch)."""
+corpora that outgrow one machine (the KnowTrace paper retrieved through Elasticsearch).
+
+At a cluster's shape: the index's shards and replicas come from the config (`retriever.shards`, `retriever.replicas`;
+over several shards each search gathers the corpus-wide term statistics first, `dfs_query_then_fetch`, so the
+ranking is one shard's). Many processes may start on the same corpus at once (data-parallel training, several
+evaluations): the index's creation is atomic on the server, so exactly one process creates it and bulk-indexes the
+passages, then sets the ready mark in the index's `_meta`; the others wait for the mark, polling with a bound
+(`retriever.index_wait_s`), and reuse the index.
+"""
 
 from __future__ import annotations
 
 import logging
 import os
+import time
 from typing import Any, Iterator, Sequence
 
 from knowtrace_train.data.schema import Passage
@@ -17,6 +26,9 @@ log = logging.getLogger(__name__)
 FLAVORS = ("elasticsearch", "opensearch")
 URL_ENV = "KNOWTRACE_ES_URL"
 INDEX_FORMAT = 1
+#: the `_meta` key of the ready mark: false while the builder indexes, true once every passage is searchable (an
+#: index of an older version has no key and is judged by its document count)
+READY_KEY = "knowtrace_ready"
 
 
 class ElasticRetriever:
@@ -41,6 +53,9 @@ class ElasticRetriever:
         timeout_s: float = 30.0,
         show_progress: bool = False,
         bulk_chunk: int = 1000,
+        shards: int = 1,
+        replicas: int = 0,
+        wait_s: float = 3600.0,
     ) -> None:
         if flavor not in FLAVORS:
             raise RetrievalError(f"flavor must be one of {FLAVORS}, got {flavor!r}")
@@ -49,6 +64,11 @@ class ElasticRetriever:
             raise RetrievalError(f"cannot build an {flavor} index over an empty corpus")
         if batch_size <= 0 or bulk_chunk <= 0:
             raise RetrievalError(f"batch_size and bulk_chunk must be positive, got {batch_size} and {bulk_chunk}")
+        if shards < 1 or replicas < 0 or wait_s < 0:
+            raise RetrievalError(f"shards must be >= 1, replicas and wait_s >= 0, got {shards}, {replicas} and {wait_s}")
+        self.shards, self.replicas, self.wait_s = shards, replicas, wait_s
+        #: whether this process built the index (False: it reused one, or waited for another process to build it)
+        self.built = False
         # a passage store (data.store.PassageStore) is kept as it is: indexed by streaming it in bulk
         # requests of `bulk_chunk` passages, hits read back by row; any other sequence is copied, as before
         self.passages = passages if _is_store(passages) else list(passages)
@@ -63,35 +83,80 @@ class ElasticRetriever:
         self.batch_size = batch_size
         self.show_progress = show_progress
         self.client = _connect(client_module, flavor, self.url, timeout_s)
-        self._fingerprint = cache_key(corpus_fingerprint(self.passages), {"format": INDEX_FORMAT, "k1": k1, "b": b})
+        # the shard count changes a search's statistics where dfs is not run, so it names another index (one shard
+        # keeps the name an index had before shards were configurable); replicas change nothing a search returns
+        key = {"format": INDEX_FORMAT, "k1": k1, "b": b, **({"shards": shards} if shards != 1 else {})}
+        self._fingerprint = cache_key(corpus_fingerprint(self.passages), key)
         self.index = (index or f"knowtrace-{self._fingerprint[:16]}").lower()
         self._ensure_index(k1, b, recreate)
 
     # -- indexing --------------------------------------------------------
     def _ensure_index(self, k1: float, b: float, recreate: bool) -> None:
-        exists = bool(self.client.indices.exists(index=self.index))
-        if exists and recreate:
+        """Reuse the index of this corpus, or create and fill it; where another process is filling it, wait for its
+        ready mark. `recreate` deletes an index that is not this corpus' finished one (meant for one process: a
+        sibling's half-built index would be deleted under it)."""
+        if recreate and self.client.indices.exists(index=self.index) and self._state(self._index_meta())[0] != "ready":
             log.info("deleting %s index %s (recreate=True)", self.flavor, self.index)
             self.client.indices.delete(index=self.index)
-            exists = False
-        if exists:
-            meta = self._index_meta()
-            count = int(_body(self.client.count(index=self.index))["count"])
-            if meta.get("knowtrace_corpus") == self._fingerprint and count == len(self.passages):
+        deadline = time.monotonic() + self.wait_s
+        poll = 0.2
+        while True:
+            if self._create_index(k1, b):
+                try:
+                    self._bulk_index()
+                    self._mark_ready()
+                except BaseException:  # never leave a half-built index others would wait for: remove it, best effort
+                    try:
+                        self.client.indices.delete(index=self.index)
+                    except Exception:  # noqa: BLE001 - the first error is the one to report
+                        log.warning("could not delete the half-built %s index %s", self.flavor, self.index)
+                    raise
+                self.built = True
+                return
+            try:
+                state, count = self._state(self._index_meta())
+            except Exception as e:  # deleted between our create and this read: try to create it again
+                if _not_found(e):
+                    continue
+                raise
+            if state == "ready":
                 log.info("reusing %s index %s (%d passages)", self.flavor, self.index, count)
                 return
-            raise RetrievalError(
-                f"{self.flavor} index {self.index!r} at {self.url} exists but holds another corpus "
-                f"({count} documents, fingerprint {meta.get('knowtrace_corpus')!r}); "
-                "pass recreate=True to rebuild it, or name another index"
-            )
+            if state != "building":
+                why = {"other": "holds another corpus", "partial": "was left half-built"}[state]
+                raise RetrievalError(f"{self.flavor} index {self.index!r} at {self.url} exists but {why} ({count} "
+                                     "documents); pass recreate=True to rebuild it, or name another index")
+            if time.monotonic() >= deadline:
+                raise RetrievalError(
+                    f"{self.flavor} index {self.index!r} at {self.url} is not ready after {self.wait_s:.0f} s "
+                    f"(retriever.index_wait_s): another process is still building it, or one died while building "
+                    "it; where none is building it, delete the index or set retriever.recreate: true")
+            if poll == 0.2:
+                log.info("%s index %s is being built by another process; waiting for its ready mark", self.flavor, self.index)
+            time.sleep(min(poll, max(deadline - time.monotonic(), 0.0)))
+            poll = min(poll * 2, 5.0)
+
+    def _state(self, meta: dict[str, Any]) -> tuple[str, int]:
+        """The existing index's state and document count: "ready" (this corpus, finished), "building" (this corpus,
+        no ready mark yet), "other" (another corpus) or "partial" (this corpus, marked ready or of an older version
+        without the mark, but not every passage in it)."""
+        count = int(_body(self.client.count(index=self.index))["count"])
+        if meta.get("knowtrace_corpus") != self._fingerprint:
+            return "other", count
+        if meta.get(READY_KEY) is False:
+            return "building", count
+        return ("ready" if count == len(self.passages) else "partial"), count
+
+    def _create_index(self, k1: float, b: float) -> bool:
+        """Create the (empty, not ready) index; False where it exists already (the server refuses a second
+        create, so of processes starting together exactly one gets True)."""
         settings = {
-            "number_of_shards": 1,
-            "number_of_replicas": 0,
+            "number_of_shards": self.shards,
+            "number_of_replicas": self.replicas,
             "similarity": {"default": {"type": "BM25", "k1": k1, "b": b}},
         }
         mappings = {
-            "_meta": {"knowtrace_corpus": self._fingerprint, "num_docs": len(self.passages)},
+            "_meta": self._meta(ready=False),
             "dynamic": "strict",
             "properties": {
                 "contents": {"type": "text", "analyzer": "english"},
@@ -99,11 +164,26 @@ class ElasticRetriever:
                 "pos": {"type": "integer", "index": False},
             },
         }
+        try:
+            if self.flavor == "elasticsearch":
+                self.client.indices.create(index=self.index, settings=settings, mappings=mappings)
+            else:
+                self.client.indices.create(index=self.index, body={"settings": settings, "mappings": mappings})
+        except Exception as e:
+            if "resource_already_exists_exception" in f"{getattr(e, 'error', '')} {e}":
+                return False
+            raise
+        log.info("created %s index %s (%d shards, %d replicas)", self.flavor, self.index, self.shards, self.replicas)
+        return True
+
+    def _meta(self, ready: bool) -> dict[str, Any]:
+        return {"knowtrace_corpus": self._fingerprint, "num_docs": len(self.passages), READY_KEY: ready}
+
+    def _mark_ready(self) -> None:
         if self.flavor == "elasticsearch":
-            self.client.indices.create(index=self.index, settings=settings, mappings=mappings)
+            self.client.indices.put_mapping(index=self.index, meta=self._meta(ready=True))
         else:
-            self.client.indices.create(index=self.index, body={"settings": settings, "mappings": mappings})
-        self._bulk_index()
+            self.client.indices.put_mapping(index=self.index, body={"_meta": self._meta(ready=True)})
 
     def _index_meta(self) -> dict[str, Any]:
         body = _body(self.client.indices.get_mapping(index=self.index)).get(self.index, {})
@@ -141,8 +221,10 @@ class ElasticRetriever:
         for start in range(0, len(queries), self.batch_size):
             batch = queries[start : start + self.batch_size]
             lines: list[dict[str, Any]] = []
+            # over several shards, the corpus-wide term statistics first: the ranking one shard would give
+            head = {"index": self.index, **({"search_type": "dfs_query_then_fetch"} if self.shards > 1 else {})}
             for q in batch:
-                lines.append({"index": self.index})
+                lines.append(head)
                 lines.append({"query": {"match": {"contents": {"query": q}}}, "size": size, "_source": ["pos"]})
             try:
                 responses = _body(self.client.msearch(body=lines))["responses"]
@@ -162,6 +244,10 @@ class ElasticRetriever:
     def delete_index(self) -> None:
         """Remove this retriever's index from the server."""
         self.client.indices.delete(index=self.index)
+
+
+def _not_found(e: Exception) -> bool:
+    return "index_not_found_exception" in f"{getattr(e, 'error', '')} {e}"
 
 
 def _is_store(passages) -> bool:

@@ -84,6 +84,10 @@ class DataConfig:
     )
 
     def __post_init__(self) -> None:
+        from knowtrace_train.data.bundled import bundled_path
+
+        self.train, self.dev, self.test = bundled_path(self.train), bundled_path(self.dev), bundled_path(self.test)
+        self.facts = bundled_path(self.facts)
         for name in ("train_questions", "dev_questions", "test_questions"):
             v = getattr(self, name)
             if v is not None and v < 1:

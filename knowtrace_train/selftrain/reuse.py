@@ -66,8 +66,9 @@ FORMAT = 1
 #: greedy tokens whatever the batch, see generation/hf.py), where models are cached, progress bars, memory
 GENERATOR_NOT_IN_KEY = ("model", "batch_size", "progress", "cache_dir", "prefix_cache_size",
                         "gpu_memory_utilization", "cpu_kvcache_gib")
-#: retriever settings that cannot change a result: where indexes are cached, progress bars, the timeout
-RETRIEVER_NOT_IN_KEY = ("cache_dir", "show_progress", "timeout_s", "recreate")
+#: retriever settings that cannot change a result: where indexes are cached, progress bars, the timeout, a search
+#: server's index layout (over several shards a search gathers corpus-wide statistics first) and waiting for it
+RETRIEVER_NOT_IN_KEY = ("cache_dir", "show_progress", "timeout_s", "recreate", "shards", "replicas", "index_wait_s")
 #: libraries whose version can change a model's outputs or training
 LIBRARIES = ("torch", "transformers", "peft", "trl", "accelerate", "bm25s", "vllm", "sentence-transformers")
 
