@@ -334,7 +334,7 @@ class SelfTrainConfig:
         for model in [self.generator.model, *self.grid.get("generator.model", [])]:
             if is_random_model(model):
                 raise ValueError(f"generator.model {model!r} has random weights, which answer nothing: for benchmarks "
-                                 "only (scripts/bench_paper_gpu.py, bench_train.py, bench_generation.py), not self-training")
+                                 "only (scripts/bench/bench_paper_gpu.py, bench_train.py, bench_generation.py), not self-training")
         for where, tc in (("train", self.train), ("bootstrap.train", self.bootstrap.train)):
             if tc.prompt_format != self.generator.prompt_format:
                 raise ValueError(

@@ -19,14 +19,14 @@ PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 class LoraTrainConfig:
     """LoRA SFT settings for one role. The self-training sections set effective_batch_size 4 (SmolLM2-135M on CPU:
     one forward pass of 4 records whose shared prompt prefix runs once, rate 3e-4, records up to 1024 tokens;
-    scripts/bench_train.py); the paper's smallest grid point (Sec. 4.1: batch 32, rate 1e-4) is
+    scripts/bench/bench_train.py); the paper's smallest grid point (Sec. 4.1: batch 32, rate 1e-4) is
     recipes/configs/selftrain_paper_gpu.yaml's."""
 
     rank: int = field(default=16, metadata={"help": "LoRA rank r."})
     alpha: int = field(default=32, metadata={"help": "LoRA alpha (the update is scaled by alpha / rank)."})
     dropout: float = field(
         default=0.0,
-        metadata={"help": "Dropout on the LoRA input (0.05 made a CPU training step 1.39x slower and M0 no better: docs/training.md)."},
+        metadata={"help": "Dropout on the LoRA input (0 by default; why: docs/training.md)."},
     )
     target_modules: str | list[str] = field(
         default="all-linear",

@@ -237,7 +237,7 @@ def tokenize_records(
 
 def prefix_tree_tokens(rows: Sequence[Mapping[str, Sequence[int]]]) -> int:
     """Tokens a prefix tree over the rows' input_ids holds: what a training that shared every common prompt
-    prefix (tree packing) would run, against sum(len(input_ids)) today (scripts/bench_train.py --shared-prefixes)."""
+    prefix (tree packing) would run, against sum(len(input_ids)) today (scripts/bench/bench_train.py --shared-prefixes)."""
     root: dict = {}
     nodes = 0
     for row in rows:
