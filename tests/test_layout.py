@@ -201,3 +201,42 @@ def test_no_package_module_imports_a_script():
     wrong = {module: found for module, path in _modules()
              if (found := script_imports(path.read_text(encoding="utf-8"), script_modules))}
     assert not wrong, f"package modules that import a script: {wrong}"
+
+
+def mode_name_comparisons(source: str, names: set[str]) -> list[str]:
+    """Where `source` compares something with a training mode's name: `x == "grpo"`, `x != "kto"`, `x in ("sft",
+    ...)`, a name string on either side."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.Compare):
+            continue
+        sides = [node.left, *node.comparators]
+        strings = set()
+        for side in sides:
+            if isinstance(side, ast.Constant) and isinstance(side.value, str):
+                strings.add(side.value)
+            elif isinstance(side, (ast.Tuple, ast.List, ast.Set)):
+                strings |= {e.value for e in side.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)}
+        if strings & names:
+            found.append(f"line {node.lineno}: {ast.unparse(node)[:120]}")
+    return found
+
+
+def test_the_mode_name_check_finds_each_comparison():
+    names = {"sft", "kto", "grpo"}
+    assert len(mode_name_comparisons("if trainer == 'grpo':\n    pass\n", names)) == 1
+    assert len(mode_name_comparisons("x = 1 if 'kto' != mode else 2\n", names)) == 1
+    assert len(mode_name_comparisons("ok = mode in ('sft', 'kto')\n", names)) == 1
+    assert mode_name_comparisons("ok = credit == 'backtrace'\nrun(trainer='grpo')\n", names) == []
+
+
+def test_only_the_training_band_compares_a_training_modes_name():
+    """The self-training loop and its config ask the registry (knowtrace_train/train/modes.py) what a mode does; a
+    mode's name is compared only inside knowtrace_train/train/, where the registry and the modes' own modules are."""
+    from knowtrace_train.train.modes import MODES
+
+    names = set(MODES)
+    assert {"sft", "kto", "grpo"} <= names
+    wrong = {module: found for module, path in _modules() if not module.startswith("knowtrace_train.train")
+             and (found := mode_name_comparisons(path.read_text(encoding="utf-8"), names))}
+    assert not wrong, f"modules that compare a training mode's name: {wrong}"

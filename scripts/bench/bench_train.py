@@ -131,7 +131,7 @@ def run_kto_side_by_side(model_dir: Path, records: list[dict], n_records: int, s
     """Seconds per record of one SFT pass and one KTO pass (mode: kto's trainer: 4 records per forward pass, the
     reference's and the KL term's passes) over the same `n_records` records, half of them labelled undesirable,
     one after the other in this process: the KTO/SFT cost ratio per record."""
-    from knowtrace_train.train.config import KTOSettings
+    from knowtrace_train.train.kto import KTOSettings
     from knowtrace_train.train.kto import train_role_kto
     from knowtrace_train.train.lora import LoraTrainConfig, train_role
 
