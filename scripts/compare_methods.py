@@ -13,7 +13,7 @@ retrieved tokens, seconds per question; Mechanism: per dataset and method, the m
 of whether its mechanism runs, each "name: numerator/denominator = value"); the last line is one JSON
 object of every figure (a cell's statistics under "mechanism").
 
-A config with a top-level `runs:` key is a `knowtrace_train.fair.FairConfig` instead: it names self-training
+A config with a top-level `runs:` key is a `FairConfig` of scripts/lab/fair.py instead: it names self-training
 run folders (label: folder) and reads their evaluations, running no model; the script prints the fair
 table (per label and stage: n, EM with its interval, bridge and comparison EM, F1, the mechanism
 statistics, the seconds the run spent) and each label's best stage against the reference's; the last line
@@ -27,10 +27,11 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+sys.path.insert(0, str(Path(__file__).resolve().parent / "lab"))  # the fair table (lab/fair.py)
 
 from knowtrace_train.compare import CompareConfig, compare, figures, format_tables, load_compare_config  # noqa: E402
 from knowtrace_train.config import RecipeArgs, read_yaml, run_recipe  # noqa: E402
-from knowtrace_train.fair import FairConfig, fair_figures, fair_table, format_fair_table, load_fair_config  # noqa: E402
+from fair import FairConfig, fair_figures, fair_table, format_fair_table, load_fair_config  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:

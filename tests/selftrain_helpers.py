@@ -7,7 +7,7 @@ the real generator (the tiny random model with the iteration's adapters), whose 
 So questions of at most `max_rounds - 1` hops are answered right and the loop has records to train on.
 
 Run as a script, it runs a SelfTrain from a YAML config with the oracle (the kill/resume and the
-2-process tests and scripts/chaos.py start it as a subprocess):  python tests/selftrain_helpers.py CONFIG.yaml
+2-process tests and scripts/lab/chaos.py start it as a subprocess):  python tests/selftrain_helpers.py CONFIG.yaml
 """
 
 from __future__ import annotations
@@ -248,7 +248,7 @@ def differing(a: dict[str, object], b: dict[str, object]) -> list[str]:
     return sorted(k for k in set(a) | set(b) if a.get(k, a) != b.get(k, b))
 
 
-#: The fault-injection hook (scripts/chaos.py, the kill/resume tests). Set to a point, "POINT" or "POINT#N", the run
+#: The fault-injection hook (scripts/lab/chaos.py, the kill/resume tests). Set to a point, "POINT" or "POINT#N", the run
 #: SIGKILLs its own process group the N-th time (the first by default) one of its processes reaches POINT (started in
 #: a session of its own, as the harness starts it, that is the whole run; under torchrun, whose workers are sessions
 #: of their own, the launcher's group and every worker's). Set to "list:FILE", it appends every point it reaches

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import sys
+from pathlib import Path
 from typing import Sequence
 
 import pytest
@@ -18,6 +20,8 @@ from knowtrace_train.methods.hints import hinted_items
 from knowtrace_train.retrieval.base import ScoredPassage, check_search_args
 from knowtrace_train.methods.knowtrace import KnowTrace, KnowTraceConfig
 from knowtrace_train.trajectory import Trajectory, generated_text
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts" / "lab"))  # the lab's helper modules
 
 
 def P(title: str, text: str) -> Passage:
@@ -170,7 +174,7 @@ def test_engine_rationalization_round_trip():
 
 
 def test_hinted_rerun_trajectories_have_their_own_ids():
-    from knowtrace_train.methods.knowtrace.quality import evidence_quality
+    from evidence_quality import evidence_quality  # scripts/lab/evidence_quality.py
 
     plain, hinted = rollout([ITEM, *hinted_items([ITEM])])
     assert (plain.id, plain.question_id) == ("f1", "f1")

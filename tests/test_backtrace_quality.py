@@ -11,11 +11,13 @@ import pytest
 
 from backtrace_fixtures import ANSWER, QUESTION, appendix_f, words
 from knowtrace_train.methods.knowtrace.backtrace import PATH_RULES, backtrace_trajectories
-from knowtrace_train.methods.knowtrace.quality import evidence_quality, precision_recall, source_passages
 from knowtrace_train.data.schema import GoldEvidence, Passage, QAItem
 from knowtrace_train.io import write_jsonl
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "scripts" / "lab"))  # the lab's helper modules
+
+from evidence_quality import evidence_quality, precision_recall, source_passages  # noqa: E402
 GOLD_TRIPLES = (("James Watt", "author of", "rioting being a dividing factor in Birmingham"),
                 ("James Watt", "educated at", "University of Glasgow"))
 
@@ -72,7 +74,7 @@ def test_script_prints_figures_and_a_json_last_line(tmp_path):
     wrong.id, wrong.em = "t1#2", 0.0
     write_jsonl(rollouts, [appendix_f().to_dict(), wrong.to_dict()])
     write_jsonl(items, [_item(triples=GOLD_TRIPLES).to_dict()])
-    out = subprocess.run([sys.executable, str(REPO / "scripts" / "backtrace_quality.py"), "--rollouts", str(rollouts),
+    out = subprocess.run([sys.executable, str(REPO / "scripts" / "lab" / "backtrace_quality.py"), "--rollouts", str(rollouts),
                           "--items", str(items), "--tokenizer", "words"], capture_output=True, text=True, cwd=REPO, check=True).stdout
     last = json.loads(out.strip().splitlines()[-1])
     assert last["trajectories"] == 2 and last["correct"] == 1 and last["precision"] == 1.0 and last["recall"] == 1.0
@@ -100,7 +102,7 @@ def test_simulated_rollouts_script(tmp_path):
     items, corpus_file, out = tmp_path / "items.jsonl", tmp_path / "corpus.jsonl", tmp_path / "sim.jsonl"
     write_jsonl(items, [item.to_dict(), other.to_dict()])
     write_jsonl(corpus_file, [p.to_dict() for p in corpus])
-    subprocess.run([sys.executable, str(REPO / "scripts" / "backtrace_simulated_rollouts.py"), "--items", str(items),
+    subprocess.run([sys.executable, str(REPO / "scripts" / "lab" / "backtrace_simulated_rollouts.py"), "--items", str(items),
                     "--corpus", str(corpus_file), "--output", str(out), "--n", "1", "--noise", "0"],
                    check=True, capture_output=True, cwd=REPO)
     from knowtrace_train.io import read_jsonl
@@ -121,7 +123,7 @@ def test_script_pools_several_rollout_files(tmp_path):
     write_jsonl(a, [appendix_f().to_dict()])
     write_jsonl(b, [appendix_f().to_dict()])
     write_jsonl(items, [_item(triples=GOLD_TRIPLES).to_dict()])
-    out = subprocess.run([sys.executable, str(REPO / "scripts" / "backtrace_quality.py"), "--rollouts", str(a), str(b),
+    out = subprocess.run([sys.executable, str(REPO / "scripts" / "lab" / "backtrace_quality.py"), "--rollouts", str(a), str(b),
                           "--items", str(items), "--tokenizer", "words"], capture_output=True, text=True, cwd=REPO, check=True).stdout
     last = json.loads(out.strip().splitlines()[-1])
     assert last["trajectories"] == 2 and last["correct"] == 2 and last["backtraced"] == 2 and last["with_gold"] == 2

@@ -1,4 +1,4 @@
-"""scripts/bench_floor.py: a run's model work counted from its files, on hand-computed figures."""
+"""scripts/bench/bench_floor.py: a run's model work counted from its files, on hand-computed figures."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts" / "bench"))
 
 import bench_floor  # noqa: E402
 from bench_floor import Shape, floor, gemm_rate, machine_rates, report  # noqa: E402

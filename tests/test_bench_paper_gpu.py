@@ -1,4 +1,4 @@
-"""scripts/bench_paper_gpu.py on a CPU: the tiny random architecture through the LoRA step, QLoRA's path (skipped
+"""scripts/bench/bench_paper_gpu.py on a CPU: the tiny random architecture through the LoRA step, QLoRA's path (skipped
 with its reason without CUDA or bitsandbytes) and the transformers decoding, the last line JSON; and its computed
 memory is docs/training.md's table for the 8B config."""
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts" / "bench"))
 
 from bench_paper_gpu import computed_decoding_gib, computed_training_gib, main  # noqa: E402
 

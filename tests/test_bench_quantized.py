@@ -1,11 +1,11 @@
-"""scripts/bench_quantized.py: each quantized kernel computes the product of the weights it holds."""
+"""scripts/bench/bench_quantized.py: each quantized kernel computes the product of the weights it holds."""
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts" / "bench"))
 
 from bench_quantized import measure  # noqa: E402
 

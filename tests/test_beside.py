@@ -286,7 +286,7 @@ def test_the_stage_benchmark_names_stages_that_ran_beside_each_other(capsys):
     """With evaluations beside, the stages' seconds add up to more than the wall: said so, not a negative time."""
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("bench_selftrain", REPO / "scripts" / "bench_selftrain.py")
+    spec = importlib.util.spec_from_file_location("bench_selftrain", REPO / "scripts" / "bench" / "bench_selftrain.py")
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     times = {"run_dir": "r", "phases": {"eval": 300.0, "rollout": 200.0}, "staged_seconds": 500.0,

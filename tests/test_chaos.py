@@ -1,8 +1,8 @@
-"""The fault-injection harness at its smoke size (scripts/chaos.py; issue 64, item 2): per mode, the main job on the
+"""The fault-injection harness at its smoke size (scripts/lab/chaos.py; issue 64, item 2): per mode, the main job on the
 tiny model killed with SIGKILL at a few named points of its stages (chained in one run folder: each rerun resumes what
 the kill before it left, and is killed at the next point), rerun to its end, and its folder compared file by file with
 an uninterrupted run's: every JSONL and JSON file, the config, the adapters' and M0's safetensors bit for bit.
-`python scripts/chaos.py --points all --random 3` tries every point the runs reach, each in a folder of its own."""
+`python scripts/lab/chaos.py --points all --random 3` tries every point the runs reach, each in a folder of its own."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "scripts"))
+sys.path.insert(0, str(REPO / "scripts" / "lab"))
 
 import chaos  # noqa: E402
 

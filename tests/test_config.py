@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, Optional
@@ -322,7 +323,8 @@ def _config_class(path: Path) -> type:
     from knowtrace_train.evaluate import EvalConfig
     from knowtrace_train.selftrain.config import SelfTrainConfig
 
-    from knowtrace_train.fair import FairConfig
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts" / "lab"))
+    from fair import FairConfig  # scripts/lab/fair.py
 
     if path.name.startswith("compare_") and "runs" in (yaml.safe_load(path.read_text()) or {}):
         return FairConfig  # the fair table's configs name run folders (scripts/compare_methods.py reads them)

@@ -8,6 +8,8 @@ loss weight balanced over its labels."""
 from __future__ import annotations
 
 import math
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -20,6 +22,8 @@ from knowtrace_train.train.lora import LoraTrainConfig, encode_record, load_reco
 from knowtrace_train.trajectory import ModelCall, Trajectory, generated_text, split_prefix
 
 from gold_helpers import ITEM, Mapped, words
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts" / "lab"))  # the lab's helper modules
 
 PROMPT = "Question: Where was the founder of Zentor born?\nKnowledge triplets:\n(Zentor; was founded by; Odile Farrant)"
 GENERATED = " No\nRetrieval Guidance:\n- Odile Farrant: the city where she was born"
@@ -310,7 +314,9 @@ def test_gold_judgement_prompts_say_no_until_the_chain_is_in_the_graph():
 
 def test_the_judgement_is_read_from_the_two_options_after_the_judgement_words():
     from knowtrace_train.generation.base import OptionScores
-    from knowtrace_train.methods.knowtrace.judgement import gold_judgement_prompts, judgement_figures, score_judgements
+    from judgement_figures import judgement_figures, score_judgements
+
+    from knowtrace_train.methods.knowtrace.judgement import gold_judgement_prompts
 
     prompts, _ = gold_judgement_prompts([ITEM] * 12, fewshot=False)
     seen = []
@@ -340,7 +346,7 @@ def test_exploration_confusion_counts_by_whether_the_graph_names_the_answer():
     """A bridge question explored twice (No on an empty graph, then Yes once the graph names the answer) and
     answered; another that said No with the answer in its graph and was right through the forced answer."""
     from knowtrace_train.kg import GuidancePair, KnowledgeGraph, TracedTriplet, Triplet
-    from knowtrace_train.methods.knowtrace.judgement import exploration_confusion
+    from judgement_figures import exploration_confusion
 
     def traj(tid, said, stop):
         g = KnowledgeGraph()

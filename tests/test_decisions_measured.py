@@ -1,4 +1,4 @@
-"""Each method's decisions measured (scripts/decisions.py): the held-out gold prompts of TRACE's selector stop,
+"""Each method's decisions measured (scripts/lab/decisions.py): the held-out gold prompts of TRACE's selector stop,
 MINTQA-dynamic's certainty and Self-Ask's two decisions, each on a hand-built item; the figures on a scripted
 scorer; the calibration left to the decisions an engine takes by threshold; and the script on a tiny run."""
 
@@ -6,10 +6,14 @@ from __future__ import annotations
 
 import json
 import math
+import sys
+from pathlib import Path
 
 import pytest
 
-from knowtrace_train.decision_figures import choice_figures, decision_figures, label_figures
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts" / "lab"))  # the lab's helper modules
+
+from decision_figures import choice_figures, decision_figures, label_figures  # noqa: E402
 from knowtrace_train.decisions import DecisionPrompt, option_log_odds, score_decisions
 from knowtrace_train.generation.base import OptionScores
 from knowtrace_train.methods import get_method
@@ -242,7 +246,7 @@ def test_the_script_measures_the_raw_base_and_m0_of_a_self_ask_run(tmp_path, tin
     assert json.loads((d / "m0.json").read_text())["bootstrapped"]
     assert not (d / "iter_0" / "calibration.json").exists()  # Self-Ask decides nothing by threshold
 
-    spec = importlib.util.spec_from_file_location("decisions_script", REPO / "scripts" / "decisions.py")
+    spec = importlib.util.spec_from_file_location("decisions_script", REPO / "scripts" / "lab" / "decisions.py")
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
     assert script.main([str(d), "--base", "--json", str(tmp_path / "d.json")]) == 0

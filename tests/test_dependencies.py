@@ -28,7 +28,7 @@ SCANNED = ("knowtrace_train", "recipes", "scripts")
 # Scripts that run under another environment's python, never ours: {script: the packages that environment
 # brings}. Each must import nothing from knowtrace_train (checked below), so that environment needs none of ours.
 SEPARATE_ENVIRONMENT = {
-    "scripts/bench_lucene.py": {"pyserini", "jnius"},  # the Pyserini venv of bench_retrieval.py --pyserini PYTHON
+    "scripts/bench/bench_lucene.py": {"pyserini", "jnius"},  # the Pyserini venv of bench_retrieval.py --pyserini PYTHON
 }
 
 
@@ -55,10 +55,11 @@ def distributions_of(top: str) -> set[str]:
 
 
 def _local(top: str, path: Path) -> bool:
-    """A sibling module of a script (`from bench_prompts import ...` in scripts/), or a module of the repository's
-    tests/ (scripts/chaos.py, a development tool, runs the tests' helpers)."""
+    """A sibling module of a script (`from bench_prompts import ...` in scripts/bench/), a helper module of the lab
+    (scripts/lab/fair.py, which scripts/compare_methods.py reads `runs:` configs with), or a module of the
+    repository's tests/ (scripts/lab/chaos.py, a development tool, runs the tests' helpers)."""
     return (top == "knowtrace_train" or (path.parent / f"{top}.py").is_file() or (path.parent / top).is_dir()
-            or (ROOT / "tests" / f"{top}.py").is_file())
+            or (ROOT / "scripts" / "lab" / f"{top}.py").is_file() or (ROOT / "tests" / f"{top}.py").is_file())
 
 
 def _extra_call(node: ast.AST) -> ast.Call | None:
@@ -161,7 +162,7 @@ def test_a_script_of_another_environment_may_import_only_that_environments_packa
     assert len(found) == 2, found
     assert "import nothing of ours" in found[0] and "knowtrace_train" in found[0]
     assert "`import numpy` is not among the packages" in found[1]
-    assert not problems([ROOT / "scripts" / "bench_lucene.py"], core, extras)
+    assert not problems([ROOT / "scripts" / "bench" / "bench_lucene.py"], core, extras)
 
 
 def test_scipy_numpy_and_the_hub_client_are_core_dependencies():

@@ -333,7 +333,7 @@ def test_dog_table_prints_hits_at_1_by_hop_count(tmp_path):
     trajs, _ = run(DoGConfig(answer_from="tail"), [JAWS, DUEL])
     path = tmp_path / "e.jsonl"
     path.write_text("".join(json.dumps(t.to_dict()) + "\n" for t in trajs), encoding="utf-8")
-    out = subprocess.run([sys.executable, str(REPO / "scripts/dog_table.py"), str(path)], capture_output=True, text=True,
+    out = subprocess.run([sys.executable, str(REPO / "scripts/lab/dog_table.py"), str(path)], capture_output=True, text=True,
                          check=True, cwd=REPO).stdout
     last = json.loads(out.strip().splitlines()[-1])[str(path)]
     assert last["n"] == 2 and last["hits@1"] == 1.0 and set(last["by_hops"]) == {"1", "3"}
@@ -401,6 +401,6 @@ def test_dog_table_hop1_relation_uses_the_method_s_helper(tmp_path):
     path, data = tmp_path / "e.jsonl", tmp_path / "items.jsonl"
     path.write_text("".join(json.dumps(t.to_dict()) + "\n" for t in trajs), encoding="utf-8")
     data.write_text("".join(json.dumps(it.to_dict()) + "\n" for it in (JAWS, DUEL)), encoding="utf-8")
-    out = subprocess.run([sys.executable, str(REPO / "scripts/dog_table.py"), str(path), "--data", str(data)],
+    out = subprocess.run([sys.executable, str(REPO / "scripts/lab/dog_table.py"), str(path), "--data", str(data)],
                          capture_output=True, text=True, check=True, cwd=REPO).stdout
     assert json.loads(out.strip().splitlines()[-1])[str(path)]["first_relation_gold"] == 0.5

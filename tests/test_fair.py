@@ -1,4 +1,4 @@
-"""The fair table (knowtrace_train/fair.py, scripts/compare_methods.py with a `runs:` config): two real tiny
+"""The fair table (scripts/lab/fair.py, scripts/compare_methods.py with a `runs:` config): two real tiny
 self-training runs read side by side, and the errors that come before any table."""
 
 from __future__ import annotations
@@ -6,15 +6,17 @@ from __future__ import annotations
 import importlib.util
 import json
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
 from knowtrace_train.config import ConfigError, load_config
-from knowtrace_train.fair import FairConfig, FairTableError, fair_figures, fair_table, format_fair_table
-
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "scripts" / "lab"))
+
+from fair import FairConfig, FairTableError, fair_figures, fair_table, format_fair_table  # noqa: E402
 STAGES = ["base", "m0", "iter_1"]
 DEV_QUESTIONS = 20  # the fewest with a bootstrap interval (metrics.MIN_QUESTIONS_FOR_INTERVAL)
 #: self_ask's settings in place of the tiny overrides' KnowTrace ones

@@ -429,14 +429,14 @@ def test_smollm2_batched_with_shared_prefix_equals_model_generate(smollm2_dir):
 
 
 def test_the_benchmark_splits_forward_passes_into_prefill_and_decode_steps(tiny_model_dir):
-    """scripts/bench_generation.py's split: every forward pass counted once, as prefill (several positions per
+    """scripts/bench/bench_generation.py's split: every forward pass counted once, as prefill (several positions per
     row) or a decode step (one per row), with the rows it computed."""
     import importlib.util
     from pathlib import Path
 
     # the script puts scripts/ on sys.path itself (for bench_prompts)
     spec = importlib.util.spec_from_file_location(
-        "bench_generation_script", Path(__file__).resolve().parents[1] / "scripts" / "bench_generation.py")
+        "bench_generation_script", Path(__file__).resolve().parents[1] / "scripts" / "bench" / "bench_generation.py")
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     g = build_generator(GeneratorConfig(model=str(tiny_model_dir), progress=False, batch_size=2))

@@ -14,7 +14,8 @@ from backtrace_fixtures import appendix_f, words
 from knowtrace_train.config import ConfigError, load_config
 from knowtrace_train.methods import get_method
 from knowtrace_train.selftrain.config import SelfTrainConfig, learning_mode
-from knowtrace_train.train.config import GRPOSettings, LoraTrainConfig
+from knowtrace_train.train.config import LoraTrainConfig
+from knowtrace_train.train.grpo import GRPOSettings
 from knowtrace_train.train.grpo import (
     group_advantages,
     grpo_records,
@@ -194,12 +195,12 @@ def test_grpo_settings_are_checked_naming_the_key():
             load_config(SelfTrainConfig, None, args)
     one = load_config(SelfTrainConfig, None, ["--mode", "grpo"])
     with pytest.raises(ValueError, match=r"mode: grpo compares a question's samples: set rollout.samples >= 2"):
-        one._check_grpo()
+        one._check_mode()
     trace = load_config(SelfTrainConfig, None, ["--mode", "grpo", "--strategy.name", "self_ask", "--rollout.samples",
                                                 "4", "--rollout.temperature", "0.7"])
     with pytest.raises(ValueError, match=r"grpo.credit: backtrace needs a method whose calls backtracing credits "
                                          r"\(knowtrace\); method 'self_ask' has none"):
-        trace._check_grpo()
+        trace._check_mode()
     assert learning_mode("grpo", {"backtrace": 0, "star": 0}) == ("backtrace", "grpo")
 
 
@@ -321,7 +322,7 @@ def test_the_grpo_configs_load_and_size_the_gpu_passes():
     gpu = load_config(SelfTrainConfig, configs / "selftrain_grpo_gpu.yaml")
     assert gpu.generator.backend == "vllm" and "Llama-3" in gpu.generator.model and gpu.train.gradient_checkpointing
     assert gpu.grpo.rows_per_pass == 2 and gpu.grpo.accumulation == 8 and gpu.train.max_length == 4096
-    gpu._check_grpo()
+    gpu._check_mode()
 
 
 def test_rollout_questions_take_the_next_slice_of_d_each_iteration_wrapping_round():

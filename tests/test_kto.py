@@ -13,7 +13,8 @@ from knowtrace_train.config import ConfigError, load_config
 from knowtrace_train.methods.knowtrace.backtrace import backtrace_trajectories
 from knowtrace_train.methods.star import star_records
 from knowtrace_train.selftrain.config import SelfTrainConfig, learning_mode
-from knowtrace_train.train.config import KTOSettings, LoraTrainConfig
+from knowtrace_train.train.config import LoraTrainConfig
+from knowtrace_train.train.kto import KTOSettings
 from knowtrace_train.train.kto import (
     cap_undesirable,
     class_weights,

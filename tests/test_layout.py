@@ -9,8 +9,8 @@ import pytest
 
 PKG = Path(__file__).resolve().parents[1] / "knowtrace_train"
 SHARED = ("trajectory", "kg", "kg_store", "metrics", "pairing", "io", "config", "errors", "stages", "threads", "data", "retrieval", "generation",
-          "decisions", "decision_figures", "progress")
-LOOPS = ("selftrain", "train", "evaluate", "report", "report_html", "compare", "fair", "arms", "tracking")
+          "decisions", "progress")
+LOOPS = ("selftrain", "train", "evaluate", "report", "report_html", "compare", "arms", "tracking")
 
 
 def _band(module: str) -> str:
@@ -151,3 +151,92 @@ def test_the_package_has_no_import_cycle():
     package's __init__ imports its engine, so the engine imports the modules it needs, never the package."""
     cycles = import_cycles(_import_graph())
     assert not cycles, f"{len(cycles)} import cycle(s): " + "; ".join(" <-> ".join(c) for c in cycles)
+
+
+SCRIPTS = PKG.parent / "scripts"
+#: the calls that load a module by name or by file, and the ones that put a folder on the import path
+_LOADERS = {"import_module", "spec_from_file_location", "run_path", "run_module", "__import__"}
+_PATH_EDITS = {"insert", "append", "extend"}
+
+
+def script_imports(source: str, script_modules: set[str]) -> list[str]:
+    """Where `source` imports a script or a script's helper module: an import of a module named as a file under
+    scripts/ is, a loader call (`importlib.import_module`, `spec_from_file_location`, `runpy`) naming one or a path
+    under scripts/, and a `sys.path` edit naming scripts/."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [a.name.split(".")[0] for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names = [node.module.split(".")[0]]
+        found += [f"line {node.lineno}: import {n}" for n in names if n in script_modules]
+        if isinstance(node, ast.Call):
+            func = node.func
+            name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+            text = ast.unparse(node)
+            on_path = name in _PATH_EDITS and isinstance(func, ast.Attribute) and ast.unparse(func.value) == "sys.path"
+            if (name in _LOADERS or on_path) and ("scripts" in text or any(
+                    isinstance(a, ast.Constant) and a.value in script_modules for a in node.args)):
+                found.append(f"line {node.lineno}: {text[:120]}")
+    return found
+
+
+def test_the_script_import_check_finds_each_way_in():
+    mods = {"bench_train", "fair"}
+    assert script_imports("import json\nfrom knowtrace_train import io\n", mods) == []
+    assert len(script_imports("import bench_train\n", mods)) == 1
+    assert len(script_imports("def f():\n    from fair import FairConfig\n", mods)) == 1
+    assert len(script_imports("importlib.import_module('bench_train')\n", mods)) == 1
+    assert len(script_imports("sys.path.insert(0, str(REPO / 'scripts'))\n", mods)) == 1
+    assert len(script_imports("spec_from_file_location('x', REPO / 'scripts' / 'lab' / 'x.py')\n", mods)) == 1
+    assert script_imports("sys.path.insert(0, str(REPO))\n", mods) == []
+
+
+def test_no_package_module_imports_a_script():
+    """The package is what a user's run calls; the benchmarks and the project's measurements (scripts/bench/,
+    scripts/lab/) and the scripts a user runs stand outside it and import it, never the other way round."""
+    script_modules = {p.stem for p in SCRIPTS.rglob("*.py")}
+    assert "bench_train" in script_modules and "fair" in script_modules
+    wrong = {module: found for module, path in _modules()
+             if (found := script_imports(path.read_text(encoding="utf-8"), script_modules))}
+    assert not wrong, f"package modules that import a script: {wrong}"
+
+
+def mode_name_comparisons(source: str, names: set[str]) -> list[str]:
+    """Where `source` compares something with a training mode's name: `x == "grpo"`, `x != "kto"`, `x in ("sft",
+    ...)`, a name string on either side."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.Compare):
+            continue
+        sides = [node.left, *node.comparators]
+        strings = set()
+        for side in sides:
+            if isinstance(side, ast.Constant) and isinstance(side.value, str):
+                strings.add(side.value)
+            elif isinstance(side, (ast.Tuple, ast.List, ast.Set)):
+                strings |= {e.value for e in side.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)}
+        if strings & names:
+            found.append(f"line {node.lineno}: {ast.unparse(node)[:120]}")
+    return found
+
+
+def test_the_mode_name_check_finds_each_comparison():
+    names = {"sft", "kto", "grpo"}
+    assert len(mode_name_comparisons("if trainer == 'grpo':\n    pass\n", names)) == 1
+    assert len(mode_name_comparisons("x = 1 if 'kto' != mode else 2\n", names)) == 1
+    assert len(mode_name_comparisons("ok = mode in ('sft', 'kto')\n", names)) == 1
+    assert mode_name_comparisons("ok = credit == 'backtrace'\nrun(trainer='grpo')\n", names) == []
+
+
+def test_only_the_training_band_compares_a_training_modes_name():
+    """The self-training loop and its config ask the registry (knowtrace_train/train/modes.py) what a mode does; a
+    mode's name is compared only inside knowtrace_train/train/, where the registry and the modes' own modules are."""
+    from knowtrace_train.train.modes import MODES
+
+    names = set(MODES)
+    assert {"sft", "kto", "grpo"} <= names
+    wrong = {module: found for module, path in _modules() if not module.startswith("knowtrace_train.train")
+             and (found := mode_name_comparisons(path.read_text(encoding="utf-8"), names))}
+    assert not wrong, f"modules that compare a training mode's name: {wrong}"

@@ -387,7 +387,7 @@ def test_evaluate_on_a_mintqa_file_over_its_triplets_then_the_breakdown(tmp_path
     first = json.loads(out.read_text().splitlines()[0])
     assert "Pigeon Bay Domain country New Zealand." in first["calls"][0]["prompt"]
 
-    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "mintqa_breakdown.py"), str(out)],
+    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "lab" / "mintqa_breakdown.py"), str(out)],
                           capture_output=True, text=True, cwd=REPO)
     assert proc.returncode == 0, proc.stderr
     fig = json.loads(proc.stdout.strip().splitlines()[-1])[str(out)]

@@ -66,10 +66,10 @@ PLAN: dict[str, list[str] | str] = {
     "python -m knowtrace_train.data build-corpus ../shared/data/musique/dev.jsonl --out corpus.jsonl": [],
     # -- docs/retrieval.md
     "python scripts/eval_retrieval.py --data ../shared/data/hotpotqa/dev.json --retriever bm25 --k 5": ["--limit", "5"],
-    "python scripts/bench_retrieval.py": ["--passages", "300", "--queries", "20", "--ref-queries", "5"],
+    "python scripts/bench/bench_retrieval.py": ["--passages", "300", "--queries", "20", "--ref-queries", "5"],
     # -- docs/generation.md
-    "python scripts/bench_generation.py": ["--model", "{tiny}", "--n", "2", "--max-new-tokens", "4", "--phases", "batched"],
-    "python scripts/bench_generation.py --n 16 --max-new-tokens 96 --batch-size 16 --threads 1 --phases batched,bf16":
+    "python scripts/bench/bench_generation.py": ["--model", "{tiny}", "--n", "2", "--max-new-tokens", "4", "--phases", "batched"],
+    "python scripts/bench/bench_generation.py --n 16 --max-new-tokens 96 --batch-size 16 --threads 1 --phases batched,bf16":
         ["--model", "{tiny}", "--n", "2", "--max-new-tokens", "4"],
     # -- docs/knowtrace.md (and README: the paper's benchmarks)
     "python recipes/evaluate.py --config recipes/configs/eval_world.yaml --limit 32 --output runs/eval/world_dev.jsonl": SMALL_EVAL,
@@ -77,18 +77,18 @@ PLAN: dict[str, list[str] | str] = {
     # (needs runs/selftrain_default: the main job's command below runs first, see ORDER_FIRST)
     "python recipes/evaluate.py --run runs/selftrain_default --iteration 2 --config recipes/configs/eval_hotpotqa.yaml":
         ["--limit", "2"],
-    "python scripts/bench_rollout.py": ["--questions", "2", "--generator.model", "{tiny}"],
+    "python scripts/bench/bench_rollout.py": ["--questions", "2", "--generator.model", "{tiny}"],
     # -- docs/trace.md
     "python recipes/evaluate.py --config recipes/configs/eval_trace_world.yaml --limit 30 --strategy.reader triple --output runs/eval/trace_world_triple.jsonl":
         SMALL_EVAL,
-    "python scripts/trace_table.py runs/eval": [],
-    "python scripts/bench_trace.py": ["--documents", "2", "--max-new-tokens", "4", "--model", "{tiny}"],
+    "python scripts/lab/trace_table.py runs/eval": [],
+    "python scripts/bench/bench_trace.py": ["--documents", "2", "--max-new-tokens", "4", "--model", "{tiny}"],
     # -- docs/dog.md
     "python recipes/evaluate.py --config recipes/configs/eval_dog_world.yaml --limit 50 --strategy.debate_rounds 1 --output runs/eval/dog_r1.jsonl":
         SMALL_EVAL,
     "python recipes/evaluate.py --config recipes/configs/eval_dog_2wiki.yaml --limit 30": SMALL_EVAL,
-    "python scripts/dog_table.py runs/eval/dog_r1.jsonl": [],
-    "python scripts/bench_dog.py": ["--questions", "2", "--max-hops", "1", "--model", "{tiny}", "--entities", "20"],
+    "python scripts/lab/dog_table.py runs/eval/dog_r1.jsonl": [],
+    "python scripts/bench/bench_dog.py": ["--questions", "2", "--max-hops", "1", "--model", "{tiny}", "--entities", "20"],
     # -- docs/baselines.md (and README: the paper's benchmarks)
     "python scripts/compare_methods.py --config recipes/configs/compare_world.yaml": SMALL_COMPARE,
     "python scripts/compare_methods.py --config recipes/configs/compare_real.yaml": SMALL_COMPARE,
@@ -98,7 +98,7 @@ PLAN: dict[str, list[str] | str] = {
         SMALL_COMPARE,
     # -- docs/mintqa.md
     "python recipes/evaluate.py --config recipes/configs/eval_mintqa_rag.yaml --limit 50 --output runs/eval/world_mintqa_rag.jsonl": SMALL_EVAL,
-    "python scripts/mintqa_breakdown.py runs/eval/world_mintqa_*.jsonl": [],
+    "python scripts/lab/mintqa_breakdown.py runs/eval/world_mintqa_*.jsonl": [],
     # -- README: the paper's benchmarks (fetch by name)
     "python -m knowtrace_train.data list": [],
     "python -m knowtrace_train.data fetch hotpotqa wiki2017-abstracts":
@@ -108,7 +108,7 @@ PLAN: dict[str, list[str] | str] = {
     "python recipes/selftrain.py --config recipes/configs/selftrain_paper_hotpotqa.yaml":
         NOT_RUN_HERE + "a GPU, vLLM and the fetched HotpotQA and Wikipedia 2017 (tests/test_fetch.py loads it)",
     # -- docs/backtracing.md
-    "python scripts/backtrace_quality.py --rollouts runs/eval/world_dev.jsonl --items data/world/dev.jsonl --corpus data/world/corpus.jsonl":
+    "python scripts/lab/backtrace_quality.py --rollouts runs/eval/world_dev.jsonl --items data/world/dev.jsonl --corpus data/world/corpus.jsonl":
         ["--tokenizer", "{tiny}"],
     # -- docs/selftrain.md, README: GPUs and your own data
     "accelerate launch recipes/selftrain.py": SMALL_RUN_2,  # export and evaluate --run read its iteration 2
@@ -209,7 +209,8 @@ def _config_of(script: str, config_file: Path | None):
     from knowtrace_train.compare import COMPARE_ALIASES, CompareConfig
     from knowtrace_train.config import read_yaml
     from knowtrace_train.evaluate import EVAL_ALIASES, EvalConfig
-    from knowtrace_train.fair import FairConfig
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts" / "lab"))
+    from fair import FairConfig  # scripts/lab/fair.py
     from knowtrace_train.selftrain.config import SelfTrainConfig
 
     if script == "recipes/selftrain.py":

@@ -60,7 +60,7 @@ def test_bench_retrieval_runs_small():
         import knowtrace_train.data.world  # noqa: F401
     except ImportError:
         pytest.skip("the synthetic world (knowtrace_train.data.world) is not in this checkout")
-    _, summary = run_script("scripts/bench_retrieval.py", "--passages", "3000", "--queries", "300", "--ref-queries", "30")
+    _, summary = run_script("scripts/bench/bench_retrieval.py", "--passages", "3000", "--queries", "300", "--ref-queries", "30")
     assert summary["passages"] >= 3000 and summary["queries"] == 300
     assert set(summary) >= {"qps", "reference_qps", "ratio", "top5_agreement"}
     assert summary["top5_agreement"] >= 0.9
@@ -68,7 +68,7 @@ def test_bench_retrieval_runs_small():
 
 def test_bench_retrieval_scale_mode_runs_small(tmp_path):
     pytest.importorskip("psutil")
-    lines, summary = run_script("scripts/bench_retrieval.py", "--scale", "3000", "--shard-passages", "1500",
+    lines, summary = run_script("scripts/bench/bench_retrieval.py", "--scale", "3000", "--shard-passages", "1500",
                                 "--queries", "300", "--workdir", str(tmp_path))
     assert summary["passages"] == 3000 + 2413 and summary["shards"] == 4
     assert summary["recall_at_5"] >= 0.9 and summary["qps_batched"] > 0 and summary["build_peak_mb"] > 0
@@ -84,7 +84,7 @@ def test_bench_retrieval_scale_mode_runs_small(tmp_path):
                     reason="set KNOWTRACE_PYSERINI_PYTHON to the python of an environment with Pyserini (and a JDK)")
 def test_bench_retrieval_scale_mode_against_lucene(tmp_path):
     pytest.importorskip("psutil")
-    _, summary = run_script("scripts/bench_retrieval.py", "--scale", "3000", "--queries", "300", "--workdir", str(tmp_path),
+    _, summary = run_script("scripts/bench/bench_retrieval.py", "--scale", "3000", "--queries", "300", "--workdir", str(tmp_path),
                             "--pyserini", os.environ["KNOWTRACE_PYSERINI_PYTHON"])
     lucene = summary["lucene"]
     assert lucene["documents"] == summary["passages"] and lucene["build_s"] > 0 and lucene["build_peak_mb"] > 0
@@ -95,7 +95,7 @@ def test_bench_retrieval_scale_mode_against_lucene(tmp_path):
 
 
 def _bench_module():
-    spec = importlib.util.spec_from_file_location("bench_retrieval", REPO / "scripts" / "bench_retrieval.py")
+    spec = importlib.util.spec_from_file_location("bench_retrieval", REPO / "scripts" / "bench" / "bench_retrieval.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

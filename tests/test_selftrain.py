@@ -282,7 +282,7 @@ def test_loop_two_iterations_on_the_tiny_model(tmp_path, tiny_model_dir):
     assert json.loads(r.stdout.strip().splitlines()[-1])["figure"] == str(out)
 
     # the stage-time benchmark reads the run's phases (summary.json) and the bootstrap's training markers
-    r = subprocess.run([sys.executable, str(REPO / "scripts" / "bench_selftrain.py"), "--read", str(d), str(d)],
+    r = subprocess.run([sys.executable, str(REPO / "scripts" / "bench" / "bench_selftrain.py"), "--read", str(d), str(d)],
                        capture_output=True, text=True, cwd=REPO, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     bench = json.loads(r.stdout.strip().splitlines()[-1])

@@ -1,4 +1,4 @@
-"""scripts/sim_schedule.py: decode steps of a stage under lockstep rounds and under per-question pipelining,
+"""scripts/lab/sim_schedule.py: decode steps of a stage under lockstep rounds and under per-question pipelining,
 on trajectories whose counts are worked out by hand."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 
 from knowtrace_train.trajectory import ModelCall, Trajectory
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "sim_schedule.py"
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "lab" / "sim_schedule.py"
 
 
 def load():

@@ -412,7 +412,7 @@ def test_bench_script_second_pass_generates_nothing(tiny_model_dir, capsys):
     import importlib.util
     from pathlib import Path
 
-    path = Path(__file__).resolve().parents[1] / "scripts" / "bench_trace.py"
+    path = Path(__file__).resolve().parents[1] / "scripts" / "bench" / "bench_trace.py"
     spec = importlib.util.spec_from_file_location("bench_trace", path)
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)

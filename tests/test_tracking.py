@@ -67,7 +67,9 @@ def test_each_backend_comes_with_the_extra_it_names():
 def test_every_trl_trainer_reports_to_the_runs_trackers_under_its_iteration_and_role(tmp_path):
     """SFT, KTO and GRPO build their arguments with common_args: outside a tracked training "none", inside it the
     backends, the run name <run_name>/iter_<z>/<role> and trackio's project; TensorBoard's folder is the role's."""
-    from knowtrace_train.train.config import GRPOSettings, KTOSettings, LoraTrainConfig
+    from knowtrace_train.train.config import LoraTrainConfig
+    from knowtrace_train.train.grpo import GRPOSettings
+    from knowtrace_train.train.kto import KTOSettings
     from knowtrace_train.train.grpo import grpo_args
     from knowtrace_train.train.kto import kto_args
     from knowtrace_train.train.lora import sft_args

@@ -504,7 +504,7 @@ def test_the_training_record_holds_the_effective_batch_as_trained(tiny_model_dir
 def test_bench_train_flops_estimate_counts_the_linear_weights_and_knows_its_peaks(tiny_model_dir, real_tokenizer):
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("bench_train", REPO / "scripts" / "bench_train.py")
+    spec = importlib.util.spec_from_file_location("bench_train", REPO / "scripts" / "bench" / "bench_train.py")
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     # tiny model: 2 layers of q 64x64, k and v 64x32 (2 KV heads of 16), o 64x64, MLP 3 x 64x128; LM head tied

@@ -10,7 +10,7 @@ Checks, in order (each ends ok, skipped with the reason, or failed with the erro
   model          the default model (SmolLM2-135M-Instruct) resolved into its safetensors folder
   cuda_tests     the test files that exercise a GPU (QLoRA, the vLLM backend, LoRA training, per-row sampling
                  seeds, freeing GPU memory, BM25 beside JAX), with pytest on CUDA
-  train          LoRA training tokens/s of the default settings on templated KnowTrace records (scripts/bench_train.py),
+  train          LoRA training tokens/s of the default settings on templated KnowTrace records (commands/throughput.py),
                  with the achieved TFLOP/s and, on a GPU of known peak, the share of its bf16 peak
   selftrain      one self-training iteration at a small size (the bootstrap, rollouts, training, evaluation of M1)
                  through vLLM where it is installed, else transformers: its minutes per stage and dev EM
@@ -25,7 +25,6 @@ is `failed` and the exit status is 1. The last line is JSON:
 from __future__ import annotations
 
 import argparse
-import importlib
 import importlib.util
 import json
 import os
@@ -53,16 +52,6 @@ SIZES = {"smoke": (4, 4, 4, 2), "small": (32, 32, 32, 20)}
 
 class Skip(Exception):
     """A check that cannot run here; the message says why."""
-
-
-def bench_train():
-    """scripts/bench_train.py of the checkout (the training checks' records and measurement)."""
-    if not (REPO / "scripts" / "bench_train.py").is_file():
-        raise Skip(f"scripts/bench_train.py is not here ({REPO} is no checkout of knowtrace-train): run the doctor "
-                   "from a checkout")
-    if str(REPO / "scripts") not in sys.path:
-        sys.path.insert(0, str(REPO / "scripts"))
-    return importlib.import_module("bench_train")  # a checkout's script, not a package
 
 
 def selftrain_command() -> list[str]:
@@ -144,7 +133,7 @@ def check_cuda_tests(state: dict) -> dict:
 def check_train(state: dict) -> dict:
     if "model" not in state:
         raise Skip("no model (see the model check)")
-    bench = bench_train()
+    from knowtrace_train.commands import throughput as bench
 
     records = bench.knowtrace_records(64 if state.get("device") == "cuda" else 4)
     n_params = bench.matmul_params(state["model"])
@@ -194,8 +183,7 @@ def check_qlora(state: dict) -> dict:
         raise Skip("bitsandbytes is not installed (pip install 'knowtrace-train[qlora]')")
     if "model" not in state:
         raise Skip("no model (see the model check)")
-    bench = bench_train()
-
+    from knowtrace_train.commands import throughput as bench
     from knowtrace_train.train.lora import LoraTrainConfig, train_role
 
     with tempfile.TemporaryDirectory() as tmp:

@@ -51,7 +51,7 @@ class GeneratorConfig:
         default=None,
         metadata={"help": "transformers: each adapter's role decodes on its own copy of the weights with the adapter merged "
                           "in (no LoRA matmuls per step); false: one model, PEFT switches adapters; None: merged on CPUs "
-                          "(scripts/bench_generation.py --adapters measures both), switched on GPUs (a copy per role costs memory)"},
+                          "(scripts/bench/bench_generation.py --adapters measures both), switched on GPUs (a copy per role costs memory)"},
     )
     transpose_weights: bool | None = field(
         default=None,
@@ -61,8 +61,8 @@ class GeneratorConfig:
     pack_weights: bool | None = field(
         default=None,
         metadata={"help": "transformers: linear layers multiply inputs of up to 256 rows by oneDNN's blocked copy of their bf16 "
-                          "weights, made once (the same values where measured; an evaluation 1.08x faster a question on "
-                          "an AMX Xeon: generation.layout); None: on CPUs in bf16 where oneDNN can pack them (not AVX2-only CPUs)"},
+                          "weights, made once (the same values where measured; what it saves: docs/generation.md); "
+                          "None: on CPUs in bf16 where oneDNN can pack them (not AVX2-only CPUs)"},
     )
     share_prefix: bool = field(
         default=True,

@@ -94,7 +94,7 @@ def pick_device(device: str) -> torch.device:
 def pick_dtype(dtype: str, device: torch.device) -> torch.dtype:
     """The weights' dtype: as configured, or for 'auto' bf16 on GPUs (fp16 where they lack bf16) and on CPUs
     with native bf16 (decoding a few rows at a time reads every weight per step, so half the bytes is about
-    twice the speed: `scripts/bench_generation.py --phases batched,bf16`), fp32 on other CPUs, where bf16 is
+    twice the speed: `scripts/bench/bench_generation.py --phases batched,bf16`), fp32 on other CPUs, where bf16 is
     emulated and slow."""
     if dtype != "auto":
         return getattr(torch, dtype)

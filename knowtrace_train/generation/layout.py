@@ -13,7 +13,7 @@ In fp32 (`TransposedLinear`, `transpose_linears`):
 `nn.Linear` keeps its weight as [out, in] and multiplies by its transpose. On this project's CPUs (MKL, fp32)
 that product is slow at the few rows a decoding step has, on one thread: a model's worth of linear layers at 13
 rows took 91 ms against 60 ms on a [in, out] copy of the same weights, and the LM head 43 ms against 17.5 ms
-(`scripts/bench_generation.py --phases batched,untransposed` measures the whole backend both ways). With two
+(`scripts/bench/bench_generation.py --phases batched,untransposed` measures the whole backend both ways). With two
 threads the two layouts were even at 13 rows (49 ms), so the gain is in one-thread processes. The copy
 replaces the weight (the module keeps no [out, in] tensor; `weight` is a view of the copy), so memory grows
 only where a weight was tied: the LM head then gets its own copy beside the input embedding (113 MB for

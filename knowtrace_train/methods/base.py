@@ -229,7 +229,7 @@ class Method:
                          make_generator: Callable[[], Any] | None = None) -> list[Any]:
         """Held-out gold prompts of the method's decisions over `items` (`decisions.DecisionPrompt`s, as
         `config` renders them): where its gold trajectories make each decision and which option they take, for
-        measuring a model's decisions (scripts/decisions.py) and calibrating those the engine decides by
+        measuring a model's decisions (scripts/lab/decisions.py) and calibrating those the engine decides by
         threshold (`threshold_decisions`). `retriever` (the run's) for a method whose prompts show retrieved
         passages; `make_generator` (the raw base model) for one whose gold labels are what that model knows
         (MINTQA-dynamic's certainty); a method that needs one and is given none raises ValueError. [] (the

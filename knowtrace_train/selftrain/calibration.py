@@ -36,7 +36,7 @@ class Calibration:
         plain = dataclasses.replace(state, thresholds={})
         strategy = self.strategy_config(plain, seed)
         kinds = self.method.threshold_decisions(strategy)
-        if not kinds:  # the method's other decisions are measured (scripts/decisions.py), not decided by threshold
+        if not kinds:  # the method's other decisions are measured (scripts/lab/decisions.py), not decided by threshold
             return state
         if self.config.calibration.source == "explorations":
             probe = self.method.probe_decisions(strategy)

@@ -22,8 +22,11 @@ from knowtrace_train.methods import METHODS, Method, StrategyConfig, get_method
 from knowtrace_train.methods.knowtrace import KnowTraceConfig, MaxNewTokensConfig
 from knowtrace_train.retrieval import RetrieverConfig, check_retriever_installed
 from knowtrace_train.selftrain.beside import check_beside
-from knowtrace_train.train.config import GRPOSettings, KTOSettings, gradient_accumulation_for, launched_processes
+from knowtrace_train.train.config import gradient_accumulation_for, launched_processes
+from knowtrace_train.train.grpo import GRPOSettings
+from knowtrace_train.train.kto import KTOSettings
 from knowtrace_train.train.lora import LoraTrainConfig, check_qlora
+from knowtrace_train.train.modes import mode_names, resolve
 from knowtrace_train.train.precision import training_device
 
 log = logging.getLogger(__name__)
@@ -32,21 +35,13 @@ BOOTSTRAP_MODES = ("auto", "always", "never")
 #: The section of a run folder's config.yaml that records the launch (not a SelfTrainConfig key).
 LAUNCH_KEY = "launch"
 ON_EMPTY = ("stop", "continue")
-#: Learning modes beyond the method's rationalizers (DESIGN.md: a mode picks a rationalizer and a trainer):
-#: mode -> (the rationalizers that label its records, the first the method has; its trainer). A mode that names a
-#: rationalizer trains SFT on that rationalizer's records.
-PREFERENCE_MODES = {"kto": (("backtrace", "star"), "kto")}
-#: Every mode with a trainer of its own: KTO, and GRPO (its rows carry advantages; the rationalizer's statistics,
-#: the FA ratio among them, are kept beside them so the modes' tables compare).
-TRAINER_MODES = {**PREFERENCE_MODES, "grpo": (("backtrace", "star"), "grpo")}
 
 
 def learning_mode(mode: str, rationalizers) -> tuple[str, str]:
-    """(rationalizer, trainer) of a run's `mode` for a method with `rationalizers` (names)."""
-    if mode in TRAINER_MODES:
-        names, trainer = TRAINER_MODES[mode]
-        return next(n for n in names if n in rationalizers), trainer
-    return mode, "sft"
+    """(rationalizer, training mode) of a run's `mode` for a method with `rationalizers` (names): a mode picks a
+    rationalizer and a trainer (train/modes.py); a `mode` that names a rationalizer trains SFT on its records."""
+    rationalizer, trainer = resolve(mode, rationalizers)
+    return rationalizer, trainer.name
 
 
 @dataclass
@@ -313,12 +308,10 @@ class SelfTrainConfig:
         if self.mode is None:  # none named: the method's own (first) rationalizer; a named one is checked below
             self.mode = next(iter(rationalizers))
             log.info("mode: none given; method %r learns with its own rationalizer, mode %r", self.strategy.name, self.mode)
-        modes = [*rationalizers, *TRAINER_MODES]
+        modes = [*rationalizers, *mode_names()]
         if self.mode not in modes:
             raise ValueError(f"mode must be one of {modes} for method {self.strategy.name!r}, got {self.mode!r}")
-        if learning_mode(self.mode, rationalizers) == ("star", "kto") and "filtered" in self.kto.undesirable:
-            raise ValueError(f"kto.undesirable: 'filtered' needs a rationalizer that filters (backtrace); method "
-                             f"{self.strategy.name!r} has {list(rationalizers)}")
+        resolve(self.mode, rationalizers)[1].check_settings(self, rationalizers)
         if isinstance(self.eval_every, bool) or not isinstance(self.eval_every, int) or self.eval_every < 1:
             raise ValueError(f"eval_every must be an integer >= 1, got {self.eval_every!r}")
         if self.on_empty not in ON_EMPTY:
@@ -338,7 +331,7 @@ class SelfTrainConfig:
         for model in [self.generator.model, *self.grid.get("generator.model", [])]:
             if is_random_model(model):
                 raise ValueError(f"generator.model {model!r} has random weights, which answer nothing: for benchmarks "
-                                 "only (scripts/bench_paper_gpu.py, bench_train.py, bench_generation.py), not self-training")
+                                 "only (scripts/bench/bench_paper_gpu.py, bench_train.py, bench_generation.py), not self-training")
         for where, tc in (("train", self.train), ("bootstrap.train", self.bootstrap.train)):
             if tc.prompt_format != self.generator.prompt_format:
                 raise ValueError(
@@ -358,13 +351,10 @@ class SelfTrainConfig:
                     raise ValueError(f"{where}: {e}") from None
         if self.generator.adapters:
             raise ValueError("generator.adapters must be empty: the loop sets each iteration's adapters itself")
-        if self.mode in PREFERENCE_MODES and self.train.prompt_format != "chat":
-            raise ValueError(f"mode: {self.mode} needs train.prompt_format: chat (TRL tokenizes a plain prompt and its "
-                             "completion as one text, and their tokens merge across the boundary)")
+        self._check_mode()
         check_beside(self.eval_beside, launched_processes(), self.generator.backend)
         tracking.check_installed(tracking.backends(self.report_to))
         self._check_rollout()
-        self._check_grpo()
         check_retriever_installed(self.retriever)
         check_generator_installed(self.generator)
         self.strategy.check_installed()
@@ -412,30 +402,19 @@ class SelfTrainConfig:
                 f"{r.samples} samples would be one trajectory repeated; set rollout.temperature (e.g. 0.7)"
                 + ("" if sampled else f", which method {self.strategy.name!r} does not have"))
 
-    def _check_grpo(self) -> None:
-        """mode: grpo needs groups (rollout.samples >= 2, sampled), one process, and for `credit: backtrace` a method
-        whose calls backtracing can credit."""
-        if self.mode != "grpo":
-            return
-        if self.rollout.samples < 2:
-            raise ValueError(f"mode: grpo compares a question's samples: set rollout.samples >= 2 (and "
-                             f"rollout.temperature), got {self.rollout.samples}")
-        method = get_method(self.strategy.name)
-        if self.grpo.credit == "backtrace" and type(method).credited_calls is Method.credited_calls:
-            have = sorted(n for n, m in METHODS.items() if type(m).credited_calls is not Method.credited_calls)
-            raise ValueError(f"grpo.credit: backtrace needs a method whose calls backtracing credits ({', '.join(have)}); "
-                             f"method {self.strategy.name!r} has none: set grpo.credit: outcome")
-        if launched_processes() > 1:
-            raise ValueError("mode: grpo trains in one process (its rows are not sharded among processes yet): launch "
-                             "it without torchrun / accelerate --num_processes")
+    def _check_mode(self) -> None:
+        """The training mode's own checks (train/modes.py: KTO's chat prompts and labels, GRPO's groups and credit)."""
+        rationalizers = get_method(self.strategy.name).rationalizers()
+        resolve(self.mode, rationalizers)[1].check(self, rationalizers)
 
     def _check_batches(self, processes: int) -> None:
         """Every training section, at every grid point that changes its batch settings, must divide its
         effective batch among `processes` (checked before any work, not at the grid point that fails)."""
         names = ("effective_batch_size", "per_device_batch_size", "gradient_accumulation_steps")
         sections = [("train", self.train), ("bootstrap.train", self.bootstrap.train)]
-        if self.mode in PREFERENCE_MODES:  # KTO trains kto.batch_size records per forward pass
-            sections[0] = ("train", dataclasses.replace(self.train, per_device_batch_size=self.kto.batch_size))
+        # a mode may train another batch per forward pass (KTO: kto.batch_size records)
+        sections[0] = ("train", resolve(self.mode, get_method(self.strategy.name).rationalizers())[1].train_section(
+            self, self.train))
         for where, tc in sections:
             keys = [k for k in self.grid if k.rpartition(".")[0] == where and k.rpartition(".")[2] in names]
             for values in itertools.product(*(self.grid[k] for k in keys)):
@@ -469,4 +448,4 @@ def read_run_config(path: str | Path) -> SelfTrainConfig:
     return load_config(SelfTrainConfig, path, data=data)
 
 
-__all__ = ["LAUNCH_KEY", "PREFERENCE_MODES", "TRAINER_MODES", "learning_mode", "BootstrapConfig", "DataConfig", "SelfTrainConfig", "read_run_config"]
+__all__ = ["LAUNCH_KEY", "learning_mode", "BootstrapConfig", "DataConfig", "SelfTrainConfig", "read_run_config"]

@@ -61,13 +61,14 @@ from knowtrace_train.metrics import question_kind
 from knowtrace_train.selftrain.beside import Evaluations, beside_threads
 from knowtrace_train.selftrain.bootstrap import Bootstrap
 from knowtrace_train.selftrain.calibration import Calibration
-from knowtrace_train.selftrain.config import SelfTrainConfig, evaluates, learning_mode
+from knowtrace_train.selftrain.config import SelfTrainConfig, evaluates
 from knowtrace_train.selftrain.folder import check_same_config, run_config_text
 from knowtrace_train.selftrain.training import AdapterTraining
 from knowtrace_train.selftrain.models import (
     ModelState, generator_config, read_records, rollout_strategy_config, run_relative, strategy_config)
 from knowtrace_train.selftrain.reuse import Reuse
 from knowtrace_train.selftrain.rollout import pass_at_samples, run_rollouts
+from knowtrace_train.train.modes import resolve
 from knowtrace_train.stages import Processes, StageRunner, remove_leftovers
 from knowtrace_train.trajectory import read_trajectories
 
@@ -417,13 +418,13 @@ class SelfTrain(Bootstrap, Calibration, Reuse, AdapterTraining, Evaluations):
         groups = self._records_per_adapter(records)
         base = Path(m0.model) if m0.name == "M0" else self.base_path
         train_info: dict[str, dict[str, Any]] = {}
-        trainer = self.learning_mode[1]
+        mode = self.training_mode
         for i, (adapter, recs) in enumerate(groups.items()):
             train_info[adapter] = self.stages.run(folder, f"train_{adapter}", lambda a=adapter, r=recs, i=i: self._train(
-                folder, a, r, base, cfg.train, seed=cfg.seed * 1000 + z * 10 + i, trainer=trainer,
-                init_adapter=prev.adapters.get(a) if trainer == "grpo" else None))
+                folder, a, r, base, cfg.train, seed=cfg.seed * 1000 + z * 10 + i, trainer=mode.name,
+                init_adapter=prev.adapters.get(a) if mode.continues_policy else None))
         adapters = {a: str(folder / "adapters" / a) for a, t in train_info.items() if t.get("records", 0) > 0}
-        if trainer == "grpo" and adapters:  # the policy goes on: a role without rows keeps M(z-1)'s adapter
+        if mode.continues_policy and adapters:  # the policy goes on: a role without rows keeps M(z-1)'s adapter
             adapters = {**prev.adapters, **adapters}
         status = "trained"
         stop = False
@@ -479,17 +480,16 @@ class SelfTrain(Bootstrap, Calibration, Reuse, AdapterTraining, Evaluations):
         if self.procs.is_main:
             from knowtrace_train.data.store import passages_by_id
 
-            name, trainer = self.learning_mode
+            name, mode = resolve(cfg.mode, self.method.rationalizers())
             trajs = read_trajectories(folder / "rollouts.jsonl")
             res = self.method.rationalizers()[name](
                 trajs, self.items_by_id, strategy=cfg.strategy,
                 count_tokens=self.count_tokens, fewshot=cfg.fewshot_trained, iteration=z,
                 passages=passages_by_id(self.corpus),  # a store's id index: not every passage in memory
-                **({"undesirable": cfg.kto.undesirable} if trainer == "kto" else {}),
+                **mode.rationalizer_options(cfg),
             )
-            records, st = res.records_by_role, res.stats
-            if trainer == "grpo":
-                records, st = self._grpo_rows(trajs, z, st)
+            records, st = mode.records(res.records_by_role, res.stats, trajectories=trajs, iteration=z, config=cfg,
+                                       method=self.method, kinds=self.record_kinds(), count_tokens=self.count_tokens)
             self._write_records(folder, records)
             write_json(folder / "rationale.json", st)
             info = {k: st.get(k) for k in ("mode", "trajectories", "correct", "backtraced", "skipped", "fa_ratio",
@@ -498,10 +498,7 @@ class SelfTrain(Bootstrap, Calibration, Reuse, AdapterTraining, Evaluations):
             for key in ("fa_decomposed", "backtrace_records"):  # backtracing's (KnowTrace): why FA filtered
                 if key in st:
                     info[key] = st[key]
-            if "undesirable" in st:
-                info["undesirable"] = st["undesirable"]
-            if "grpo" in st:
-                info["grpo"] = st["grpo"]
+            info.update({k: st[k] for k in mode.rationale_keys if k in st})
         return self.procs.broadcast(info)
 
     def _write_records(self, folder: Path, records_by_role: Mapping[str, list[dict[str, Any]]]) -> None:
@@ -511,9 +508,9 @@ class SelfTrain(Bootstrap, Calibration, Reuse, AdapterTraining, Evaluations):
             write_jsonl(folder / f"sft_{k}.jsonl", records_by_role.get(k, []))
 
     @property
-    def learning_mode(self) -> tuple[str, str]:
-        """(rationalizer, trainer) of the config's `mode`."""
-        return learning_mode(self.config.mode, self.method.rationalizers())
+    def training_mode(self):
+        """The config's `mode` as a registered TrainingMode (train/modes.py)."""
+        return resolve(self.config.mode, self.method.rationalizers())[1]
 
     # -- summary ----------------------------------------------------------------------------------
     def _write_summary(self, metrics: list[dict[str, Any]]) -> dict[str, Any]:

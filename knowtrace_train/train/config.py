@@ -8,7 +8,6 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from knowtrace_train.generation.prepare import PROMPT_FORMATS
-from knowtrace_train.methods.star import UNDESIRABLE_SOURCES
 from knowtrace_train.progress import trainer_bar_off
 from knowtrace_train.tracking import trainer_arguments
 
@@ -19,14 +18,14 @@ PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 class LoraTrainConfig:
     """LoRA SFT settings for one role. The self-training sections set effective_batch_size 4 (SmolLM2-135M on CPU:
     one forward pass of 4 records whose shared prompt prefix runs once, rate 3e-4, records up to 1024 tokens;
-    scripts/bench_train.py); the paper's smallest grid point (Sec. 4.1: batch 32, rate 1e-4) is
+    scripts/bench/bench_train.py); the paper's smallest grid point (Sec. 4.1: batch 32, rate 1e-4) is
     recipes/configs/selftrain_paper_gpu.yaml's."""
 
     rank: int = field(default=16, metadata={"help": "LoRA rank r."})
     alpha: int = field(default=32, metadata={"help": "LoRA alpha (the update is scaled by alpha / rank)."})
     dropout: float = field(
         default=0.0,
-        metadata={"help": "Dropout on the LoRA input (0.05 made a CPU training step 1.39x slower and M0 no better: docs/training.md)."},
+        metadata={"help": "Dropout on the LoRA input (0 by default; why: docs/training.md)."},
     )
     target_modules: str | list[str] = field(
         default="all-linear",
@@ -169,134 +168,6 @@ class LoraTrainConfig:
         if unknown:
             raise ValueError(f"{where}: unknown LoRA training field(s) {unknown}; known: {sorted(known)}")
         return cls(**dict(d))
-
-
-@dataclass
-class KTOSettings:
-    """Preference training of `mode: kto` (TRL's KTOTrainer, Ethayarajh et al. 2024): per role adapter, from M0
-    with M0 as the reference (the adapter disabled: no second model in memory). Desirable records are the
-    calls backtracing keeps in correct trajectories; undesirable ones come from `undesirable`. The LoRA
-    settings (rank, rate, epochs, effective batch) are the `train:` section's."""
-
-    beta: float = field(default=0.1, metadata={"help": "KTO's beta: how far the adapter may move from M0 (TRL's default)"})
-    undesirable: list[str] = field(
-        default_factory=lambda: ["incorrect"],
-        metadata={"help": "undesirable records: 'incorrect' (every call of a wrong trajectory) and/or 'filtered' "
-                          "(calls backtracing drops whole from correct trajectories)"},
-    )
-    desirable_weight: float | None = field(
-        default=None,
-        metadata={"help": "weight of the desirable losses (None: balanced per role, so desirable x weight equals "
-                          "undesirable x undesirable_weight, TRL's guidance for unbalanced data)"},
-    )
-    undesirable_weight: float = field(default=1.0, metadata={"help": "weight of the undesirable losses"})
-    batch_size: int = field(
-        default=4,
-        metadata={"help": "records per forward pass (>= 2: KTO estimates its KL term from the batch's mismatched pairs)"},
-    )
-    one_class: str = field(
-        default="sft",
-        metadata={"help": "a role whose records are all desirable: 'sft' trains it by SFT on them, 'skip' leaves it on "
-                          "M0 (a role with no desirable record is left on M0 either way); both are reported"},
-    )
-    undesirable_per_desirable: float | None = field(
-        default=None,
-        metadata={"help": "train on at most this many undesirable records per desirable one, per role, drawn with the "
-                          "training seed (None: all; the records files keep all of them). A KTO record costs several "
-                          "SFT records (the reference's and the KL term's passes: docs/selftrain.md)"},
-    )
-
-    def __post_init__(self) -> None:
-        if isinstance(self.beta, bool) or not isinstance(self.beta, (int, float)) or self.beta <= 0:
-            raise ValueError(f"kto.beta must be a positive number, got {self.beta!r}")
-        if isinstance(self.undesirable, str) or not isinstance(self.undesirable, (list, tuple)):
-            raise ValueError(f"kto.undesirable must be a list of sources among {list(UNDESIRABLE_SOURCES)}, "
-                             f"got {self.undesirable!r}")
-        unknown = [u for u in self.undesirable if u not in UNDESIRABLE_SOURCES]
-        if unknown:
-            raise ValueError(f"kto.undesirable: unknown source(s) {unknown}; known: {list(UNDESIRABLE_SOURCES)}")
-        self.undesirable = list(dict.fromkeys(self.undesirable))
-        for name in ("desirable_weight", "undesirable_weight"):
-            v = getattr(self, name)
-            if v is None and name == "desirable_weight":
-                continue
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0:
-                raise ValueError(f"kto.{name} must be a positive number{' or null' if name == 'desirable_weight' else ''}, got {v!r}")
-        if self.one_class not in ("sft", "skip"):
-            raise ValueError(f"kto.one_class must be 'sft' or 'skip', got {self.one_class!r}")
-        r = self.undesirable_per_desirable
-        if r is not None and (isinstance(r, bool) or not isinstance(r, (int, float)) or r <= 0):
-            raise ValueError(f"kto.undesirable_per_desirable must be a positive number or null, got {r!r}")
-        if isinstance(self.batch_size, bool) or not isinstance(self.batch_size, int) or self.batch_size < 2:
-            raise ValueError(f"kto.batch_size must be an integer >= 2 (KTO estimates its KL term within a batch), "
-                             f"got {self.batch_size!r}")
-
-
-GRPO_CREDITS = ("backtrace", "outcome")
-GRPO_REWARDS = ("f1", "em")
-GRPO_LOSSES = ("dapo", "grpo", "dr_grpo", "bnpo")
-
-
-@dataclass
-class GRPOSettings:
-    """`mode: grpo` (TRL's GRPO loss, DeepSeekMath's group-relative advantage): each iteration's G samples per question
-    are scored, every model call of a trajectory is a training row carrying its trajectory's advantage, and each role's
-    adapter takes policy-gradient steps on its rows, KL-anchored to M0 (the adapter disabled). Unlike the SFT modes the
-    adapter is not re-made from M0 each iteration: iteration z continues iteration z-1's (the policy that rolled out).
-    The LoRA shape (rank, alpha, targets) and the precision are the `train:` section's."""
-
-    credit: str = field(default="backtrace", metadata={"help": (
-        "'backtrace': the calls backtracing drops from a correct trajectory get no positive advantage (set to 0); "
-        "'outcome': every call carries its trajectory's advantage (the outcome-reward anchors' way)")})
-    reward: str = field(default="f1", metadata={"help": "answer reward: 'f1' (token F1 against the gold answers) or 'em'"})
-    format_weight: float = field(default=0.1, metadata={"help": (
-        "format term added to the answer reward: weight x (2 x parsed calls / calls - 1), so +weight when every call "
-        "parsed and -weight when none did (a trajectory with no call gets -weight)")})
-    scale_rewards: str = field(default="group", metadata={"help": (
-        "'group': advantage = (reward - group mean) / (group std + 1e-4), TRL's default; 'none': reward - group mean "
-        "(Dr. GRPO)")})
-    beta: float = field(default=0.04, metadata={"help": "KL coefficient against M0 (the adapter disabled); 0 drops the KL term"})
-    epsilon: float = field(default=0.2, metadata={"help": "clipping range of the importance ratio (TRL's epsilon)"})
-    loss_type: str = field(default="dapo", metadata={"help": (
-        "TRL's loss normalisation: 'dapo' (every completion token of a step weighs the same; TRL's default), 'grpo', "
-        "'dr_grpo' or 'bnpo'")})
-    learning_rate: float = field(default=1e-4, metadata={"help": "AdamW rate of the policy steps (the adapter's)"})
-    batch_size: int = field(default=8, metadata={"help": "rows (model calls) per optimizer step"})
-    per_device_batch_size: int | None = field(default=None, metadata={"help": (
-        "rows per forward pass (None: batch_size); must divide batch_size, the accumulation making up the rest")})
-    epochs: int = field(default=1, metadata={"help": (
-        "passes over an iteration's rows (TRL's num_iterations, mu); > 1 reuses the rows with the clipped importance ratio")})
-
-    def __post_init__(self) -> None:
-        for name, allowed in (("credit", GRPO_CREDITS), ("reward", GRPO_REWARDS), ("loss_type", GRPO_LOSSES),
-                              ("scale_rewards", ("group", "none"))):
-            if getattr(self, name) not in allowed:
-                raise ValueError(f"grpo.{name} must be one of {list(allowed)}, got {getattr(self, name)!r}")
-        for name, low in (("format_weight", 0.0), ("beta", 0.0)):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or v < low:
-                raise ValueError(f"grpo.{name} must be a number >= {low:g}, got {v!r}")
-        for name in ("epsilon", "learning_rate"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0:
-                raise ValueError(f"grpo.{name} must be a positive number, got {v!r}")
-        for name in ("batch_size", "epochs", "per_device_batch_size"):
-            v = getattr(self, name)
-            if v is None and name == "per_device_batch_size":
-                continue
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"grpo.{name} must be an integer >= 1{' or null' if name.startswith('per') else ''}, got {v!r}")
-        if self.per_device_batch_size is not None and self.batch_size % self.per_device_batch_size:
-            raise ValueError(f"grpo.batch_size {self.batch_size} is not a multiple of grpo.per_device_batch_size "
-                             f"{self.per_device_batch_size}")
-
-    @property
-    def rows_per_pass(self) -> int:
-        return self.per_device_batch_size or self.batch_size
-
-    @property
-    def accumulation(self) -> int:
-        return self.batch_size // self.rows_per_pass
 
 
 def per_device_batch_for(config: LoraTrainConfig, processes: int) -> int:

@@ -1,4 +1,4 @@
-"""GRPO of one role on a method's rollouts (TRL's GRPOTrainer loss, M0 the reference): trajectory rewards,
+"""GRPO of one role on a method's rollouts (TRL's GRPOTrainer loss, M0 the reference; over 500 lines: the mode whole, its settings beside its trainer): trajectory rewards,
 group-relative advantages, the backtracing credit rule, and the per-call rows each role's adapter steps on.
 
 A question's G samples form a group. A trajectory's reward is its answer score (F1, or EM) plus a format term
@@ -22,6 +22,7 @@ to M0 through the disabled adapter, TRL's loss normalisations), optimizer, sched
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass, field
 import logging
 import math
 import statistics
@@ -33,16 +34,83 @@ from typing import Any
 
 from knowtrace_train.errors import RunError
 from knowtrace_train.train.config import (
-    GRPOSettings,
     LoraTrainConfig,
     as_trained,
     common_args,
     launched_processes,
 )
 from knowtrace_train.threads import follow as follow_threads
+from knowtrace_train.train.mode import TrainingMode, trained_info
 from knowtrace_train.trajectory import Trajectory, is_correct, split_prefix
 
 logger = logging.getLogger(__name__)
+
+
+GRPO_CREDITS = ("backtrace", "outcome")
+GRPO_REWARDS = ("f1", "em")
+GRPO_LOSSES = ("dapo", "grpo", "dr_grpo", "bnpo")
+
+
+@dataclass
+class GRPOSettings:
+    """`mode: grpo` (TRL's GRPO loss, DeepSeekMath's group-relative advantage): each iteration's G samples per question
+    are scored, every model call of a trajectory is a training row carrying its trajectory's advantage, and each role's
+    adapter takes policy-gradient steps on its rows, KL-anchored to M0 (the adapter disabled). Unlike the SFT modes the
+    adapter is not re-made from M0 each iteration: iteration z continues iteration z-1's (the policy that rolled out).
+    The LoRA shape (rank, alpha, targets) and the precision are the `train:` section's."""
+
+    credit: str = field(default="backtrace", metadata={"help": (
+        "'backtrace': the calls backtracing drops from a correct trajectory get no positive advantage (set to 0); "
+        "'outcome': every call carries its trajectory's advantage (the outcome-reward anchors' way)")})
+    reward: str = field(default="f1", metadata={"help": "answer reward: 'f1' (token F1 against the gold answers) or 'em'"})
+    format_weight: float = field(default=0.1, metadata={"help": (
+        "format term added to the answer reward: weight x (2 x parsed calls / calls - 1), so +weight when every call "
+        "parsed and -weight when none did (a trajectory with no call gets -weight)")})
+    scale_rewards: str = field(default="group", metadata={"help": (
+        "'group': advantage = (reward - group mean) / (group std + 1e-4), TRL's default; 'none': reward - group mean "
+        "(Dr. GRPO)")})
+    beta: float = field(default=0.04, metadata={"help": "KL coefficient against M0 (the adapter disabled); 0 drops the KL term"})
+    epsilon: float = field(default=0.2, metadata={"help": "clipping range of the importance ratio (TRL's epsilon)"})
+    loss_type: str = field(default="dapo", metadata={"help": (
+        "TRL's loss normalisation: 'dapo' (every completion token of a step weighs the same; TRL's default), 'grpo', "
+        "'dr_grpo' or 'bnpo'")})
+    learning_rate: float = field(default=1e-4, metadata={"help": "AdamW rate of the policy steps (the adapter's)"})
+    batch_size: int = field(default=8, metadata={"help": "rows (model calls) per optimizer step"})
+    per_device_batch_size: int | None = field(default=None, metadata={"help": (
+        "rows per forward pass (None: batch_size); must divide batch_size, the accumulation making up the rest")})
+    epochs: int = field(default=1, metadata={"help": (
+        "passes over an iteration's rows (TRL's num_iterations, mu); > 1 reuses the rows with the clipped importance ratio")})
+
+    def __post_init__(self) -> None:
+        for name, allowed in (("credit", GRPO_CREDITS), ("reward", GRPO_REWARDS), ("loss_type", GRPO_LOSSES),
+                              ("scale_rewards", ("group", "none"))):
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"grpo.{name} must be one of {list(allowed)}, got {getattr(self, name)!r}")
+        for name, low in (("format_weight", 0.0), ("beta", 0.0)):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or v < low:
+                raise ValueError(f"grpo.{name} must be a number >= {low:g}, got {v!r}")
+        for name in ("epsilon", "learning_rate"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0:
+                raise ValueError(f"grpo.{name} must be a positive number, got {v!r}")
+        for name in ("batch_size", "epochs", "per_device_batch_size"):
+            v = getattr(self, name)
+            if v is None and name == "per_device_batch_size":
+                continue
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"grpo.{name} must be an integer >= 1{' or null' if name.startswith('per') else ''}, got {v!r}")
+        if self.per_device_batch_size is not None and self.batch_size % self.per_device_batch_size:
+            raise ValueError(f"grpo.batch_size {self.batch_size} is not a multiple of grpo.per_device_batch_size "
+                             f"{self.per_device_batch_size}")
+
+    @property
+    def rows_per_pass(self) -> int:
+        return self.per_device_batch_size or self.batch_size
+
+    @property
+    def accumulation(self) -> int:
+        return self.batch_size // self.rows_per_pass
 
 #: TRL's epsilon in the group normalisation: (r - mean) / (std + STD_EPS)
 STD_EPS = 1e-4
@@ -412,3 +480,58 @@ def train_role_grpo(
         torch.cuda.empty_cache()
     return result, figures
 
+
+
+class GRPOMode(TrainingMode):
+    """`mode: grpo`: every call of a step's rollouts is a row with its trajectory's group-relative advantage (masked
+    by the method's credit rule under `credit: backtrace`), and each role's adapter takes policy steps from M(z-1)'s
+    (the policy goes on; a role without rows keeps it). The rationalizer's statistics, the FA ratio among them, are
+    kept beside the GRPO ones so the modes' tables compare."""
+
+    name = "grpo"
+    rationalizers = ("backtrace", "star")
+    continues_policy = True
+    rationale_keys = ("grpo",)
+
+    def check(self, config, rationalizers) -> None:
+        """Groups (rollout.samples >= 2, sampled), one process, and for `credit: backtrace` a method whose calls
+        backtracing can credit."""
+        from knowtrace_train.methods import METHODS, Method, get_method
+
+        if config.rollout.samples < 2:
+            raise ValueError(f"mode: grpo compares a question's samples: set rollout.samples >= 2 (and "
+                             f"rollout.temperature), got {config.rollout.samples}")
+        method = get_method(config.strategy.name)
+        if config.grpo.credit == "backtrace" and type(method).credited_calls is Method.credited_calls:
+            have = sorted(n for n, m in METHODS.items() if type(m).credited_calls is not Method.credited_calls)
+            raise ValueError(f"grpo.credit: backtrace needs a method whose calls backtracing credits ({', '.join(have)}); "
+                             f"method {config.strategy.name!r} has none: set grpo.credit: outcome")
+        if launched_processes() > 1:
+            raise ValueError("mode: grpo trains in one process (its rows are not sharded among processes yet): launch "
+                             "it without torchrun / accelerate --num_processes")
+
+    def records(self, records, stats, *, trajectories, iteration, config, method, kinds, count_tokens):
+        """The rows per record kind and the rationalizer's statistics with the GRPO ones (rewards, groups, masked
+        calls) under "grpo"."""
+        credited = (method.credited_calls(trajectories, strategy=config.strategy, count_tokens=count_tokens)
+                    if config.grpo.credit == "backtrace" else None)
+        rows, gstats = grpo_records(trajectories, config.grpo, kinds=kinds, credited=credited, iteration=iteration)
+        logger.info("iteration %d GRPO: mean reward %.3f over %d trajectories; %d of %d groups trained (%d with equal "
+                    "rewards skipped); %d positive and %d negative rows, %d calls masked by the credit rule", iteration,
+                    gstats["reward_mean"] or 0.0, gstats["trajectories"], gstats["groups_trained"], gstats["groups"],
+                    gstats["groups_skipped_equal_rewards"], gstats["rows_positive"], gstats["rows_negative"],
+                    gstats["masked_by_credit"])
+        return rows, {**stats, "records": gstats["records"], "grpo": gstats}
+
+    def train(self, records, *, base, output_dir, train, seed, config, role, where, init_adapter):
+        """One role's GRPO steps on its rows (every call as the policy made it, an empty output included), from
+        M(z-1)'s adapter where it has one."""
+        if not records:
+            logger.warning("%s: no GRPO row for the %s adapter (every advantage 0); the role keeps %s", where, role,
+                           init_adapter or "M0")
+            return {"records": 0}
+        # a kind may train another role's adapter (KnowTrace's forced answer trains exploration's)
+        rows = [{k: r[k] for k in ("prompt", "prefix", "completion", "advantage", "reward") if k in r} for r in records]
+        res, figures = train_role_grpo(base, rows, output_dir, dataclasses.replace(train, seed=seed), config.grpo,
+                                       role=role, temperature=config.rollout_temperature, init_adapter=init_adapter)
+        return {"grpo": figures, **trained_info(res, seed)}

@@ -15,6 +15,7 @@ follow TRL's guidance for unbalanced data (desirable x weight = undesirable x we
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass, field
 import logging
 import random
 import tempfile
@@ -22,8 +23,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from knowtrace_train.methods.star import UNDESIRABLE_SOURCES
 from knowtrace_train.train.config import (
-    KTOSettings,
     LoraTrainConfig,
     as_trained,
     common_args,
@@ -38,13 +39,76 @@ from knowtrace_train.train.lora import (
     lora_config,
     record_texts,
     save_trained_adapter,
-    training_setup,
     train_measured,
+    train_role,
+    training_setup,
 )
+from knowtrace_train.train.mode import TrainingMode, trained_info
 from knowtrace_train.train.precision import frozen_in_bf16
 from knowtrace_train.train.trainer import counting_trainer_class
 
 logger = logging.getLogger(__name__)
+
+
+@dataclass
+class KTOSettings:
+    """Preference training of `mode: kto` (TRL's KTOTrainer, Ethayarajh et al. 2024): per role adapter, from M0
+    with M0 as the reference (the adapter disabled: no second model in memory). Desirable records are the
+    calls backtracing keeps in correct trajectories; undesirable ones come from `undesirable`. The LoRA
+    settings (rank, rate, epochs, effective batch) are the `train:` section's."""
+
+    beta: float = field(default=0.1, metadata={"help": "KTO's beta: how far the adapter may move from M0 (TRL's default)"})
+    undesirable: list[str] = field(
+        default_factory=lambda: ["incorrect"],
+        metadata={"help": "undesirable records: 'incorrect' (every call of a wrong trajectory) and/or 'filtered' "
+                          "(calls backtracing drops whole from correct trajectories)"},
+    )
+    desirable_weight: float | None = field(
+        default=None,
+        metadata={"help": "weight of the desirable losses (None: balanced per role, so desirable x weight equals "
+                          "undesirable x undesirable_weight, TRL's guidance for unbalanced data)"},
+    )
+    undesirable_weight: float = field(default=1.0, metadata={"help": "weight of the undesirable losses"})
+    batch_size: int = field(
+        default=4,
+        metadata={"help": "records per forward pass (>= 2: KTO estimates its KL term from the batch's mismatched pairs)"},
+    )
+    one_class: str = field(
+        default="sft",
+        metadata={"help": "a role whose records are all desirable: 'sft' trains it by SFT on them, 'skip' leaves it on "
+                          "M0 (a role with no desirable record is left on M0 either way); both are reported"},
+    )
+    undesirable_per_desirable: float | None = field(
+        default=None,
+        metadata={"help": "train on at most this many undesirable records per desirable one, per role, drawn with the "
+                          "training seed (None: all; the records files keep all of them). A KTO record costs several "
+                          "SFT records (the reference's and the KL term's passes: docs/selftrain.md)"},
+    )
+
+    def __post_init__(self) -> None:
+        if isinstance(self.beta, bool) or not isinstance(self.beta, (int, float)) or self.beta <= 0:
+            raise ValueError(f"kto.beta must be a positive number, got {self.beta!r}")
+        if isinstance(self.undesirable, str) or not isinstance(self.undesirable, (list, tuple)):
+            raise ValueError(f"kto.undesirable must be a list of sources among {list(UNDESIRABLE_SOURCES)}, "
+                             f"got {self.undesirable!r}")
+        unknown = [u for u in self.undesirable if u not in UNDESIRABLE_SOURCES]
+        if unknown:
+            raise ValueError(f"kto.undesirable: unknown source(s) {unknown}; known: {list(UNDESIRABLE_SOURCES)}")
+        self.undesirable = list(dict.fromkeys(self.undesirable))
+        for name in ("desirable_weight", "undesirable_weight"):
+            v = getattr(self, name)
+            if v is None and name == "desirable_weight":
+                continue
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0:
+                raise ValueError(f"kto.{name} must be a positive number{' or null' if name == 'desirable_weight' else ''}, got {v!r}")
+        if self.one_class not in ("sft", "skip"):
+            raise ValueError(f"kto.one_class must be 'sft' or 'skip', got {self.one_class!r}")
+        r = self.undesirable_per_desirable
+        if r is not None and (isinstance(r, bool) or not isinstance(r, (int, float)) or r <= 0):
+            raise ValueError(f"kto.undesirable_per_desirable must be a positive number or null, got {r!r}")
+        if isinstance(self.batch_size, bool) or not isinstance(self.batch_size, int) or self.batch_size < 2:
+            raise ValueError(f"kto.batch_size must be an integer >= 2 (KTO estimates its KL term within a batch), "
+                             f"got {self.batch_size!r}")
 
 
 def labelled_rows(tokenizer, records, role: str, prompt_format: str, max_length: int) -> tuple[list[dict[str, Any]], int]:
@@ -206,3 +270,45 @@ def train_role_kto(
     if device == "cuda":
         torch.cuda.empty_cache()
     return result, figures
+
+
+class KTOMode(TrainingMode):
+    """`mode: kto`: the rationalizer labels every record desirable or not (`kto.undesirable`), and each role's
+    adapter trains by KTO from M0; a role with one class falls back as `kto.one_class` says (`route_role`)."""
+
+    name = "kto"
+    rationalizers = ("backtrace", "star")
+    record_keys = ("prompt", "prefix", "completion", "label")
+    rationale_keys = ("undesirable",)
+
+    def rationalizer_options(self, config) -> dict[str, Any]:
+        return {"undesirable": config.kto.undesirable}
+
+    def check_settings(self, config, rationalizers) -> None:
+        if self.rationalizer(rationalizers) == "star" and "filtered" in config.kto.undesirable:
+            raise ValueError(f"kto.undesirable: 'filtered' needs a rationalizer that filters (backtrace); method "
+                             f"{config.strategy.name!r} has {list(rationalizers)}")
+
+    def check(self, config, rationalizers) -> None:
+        if config.train.prompt_format != "chat":
+            raise ValueError(f"mode: {config.mode} needs train.prompt_format: chat (TRL tokenizes a plain prompt and its "
+                             "completion as one text, and their tokens merge across the boundary)")
+
+    def train_section(self, config, train):
+        """KTO trains kto.batch_size records per forward pass."""
+        return dataclasses.replace(train, per_device_batch_size=config.kto.batch_size)
+
+    def train(self, records, *, base, output_dir, train, seed, config, role, where, init_adapter):
+        rows, empty = self.usable(records)
+        plan, rows, extra = route_role(rows, config.kto, f"{where}: the {role} adapter")
+        if plan is None:
+            return {"records": 0, "empty_completions": empty, **extra}
+        if not rows:
+            logger.warning("%s: no records for the %s adapter; the role runs on M0", where, role)
+            return {"records": 0, "empty_completions": empty}
+        if plan == "kto":
+            res, extra["kto"] = train_role_kto(base, rows, output_dir, dataclasses.replace(train, seed=seed), config.kto,
+                                               role=role)
+        else:
+            res = train_role(base, rows, output_dir, dataclasses.replace(train, seed=seed), role=role)
+        return {**extra, **trained_info(res, seed), "empty_completions": empty}

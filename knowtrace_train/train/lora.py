@@ -14,7 +14,7 @@ import json
 import logging
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -23,6 +23,7 @@ from knowtrace_train.errors import LaunchError, RunError, UserError, import_extr
 from knowtrace_train.generation.prepare import PROMPT_FORMATS
 from knowtrace_train.io import atomic_dir, iter_jsonl, write_json
 from knowtrace_train.train.config import LoraTrainConfig, as_trained, common_args, launched_processes, per_device_batch_for
+from knowtrace_train.train.mode import TrainingMode, trained_info
 from knowtrace_train.train.precision import frozen_in_bf16, resolve_precision, training_device
 from knowtrace_train.train.trainer import counting_trainer_class, pass_groups
 
@@ -237,7 +238,7 @@ def tokenize_records(
 
 def prefix_tree_tokens(rows: Sequence[Mapping[str, Sequence[int]]]) -> int:
     """Tokens a prefix tree over the rows' input_ids holds: what a training that shared every common prompt
-    prefix (tree packing) would run, against sum(len(input_ids)) today (scripts/bench_train.py --shared-prefixes)."""
+    prefix (tree packing) would run, against sum(len(input_ids)) today (scripts/bench/bench_train.py --shared-prefixes)."""
     root: dict = {}
     nodes = 0
     for row in rows:
@@ -548,3 +549,18 @@ def read_training_info(adapter_dir: str | Path) -> dict[str, Any]:
     if not path.is_file():
         return {}
     return json.loads(path.read_text(encoding="utf-8"))
+
+
+class SFTMode(TrainingMode):
+    """SFT on the rationalizer's records, a new adapter on M0 each iteration: the mode of a run whose `mode` names
+    a rationalizer (`backtrace`, `star`)."""
+
+    name = "sft"
+
+    def train(self, records, *, base, output_dir, train, seed, config, role, where, init_adapter):
+        rows, empty = self.usable(records)
+        if not rows:
+            logger.warning("%s: no records for the %s adapter; the role runs on M0", where, role)
+            return {"records": 0, "empty_completions": empty}
+        res = train_role(base, rows, output_dir, replace(train, seed=seed), role=role)
+        return {**trained_info(res, seed), "empty_completions": empty}

@@ -1,5 +1,5 @@
 """Whether DoG's walk runs: relation filtering at hop 1 and the answer try's Yes where it should say Yes and
-elsewhere (`DoGMethod.mechanism`; `first_relation_counts` also serves scripts/dog_table.py).
+elsewhere (`DoGMethod.mechanism`; `first_relation_counts` also serves scripts/lab/dog_table.py).
 
 - `hop1_relation`: questions whose first hop chose the relation of the item's first gold triple
   (`evidence.triples[0]`, exact name as the graph spells it; a walk that stopped before choosing one

@@ -6,7 +6,6 @@
     parsing.py     tolerant parsing of model outputs
     backtrace/     targets, paths, filters, training prompts, records: the "backtrace" rationalizer
     gold.py        gold trajectories (the bootstrap's records)
-    quality.py     backtracing against gold evidence (an analysis tool)
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@
 `mintqa_decompose` (decomposition-then-retrieval) and `mintqa_dynamic` (decomposition with
 retrieval only for sub-questions the model is not certain of). Each call kind trains the adapter
 of its own name under `selftrain --mode star`; MINTQA's breakdowns (accuracy by hop count and by
-the share of popular/new facts) are `scripts/mintqa_breakdown.py`.
+the share of popular/new facts) are `scripts/lab/mintqa_breakdown.py`.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ how many gold triples the final chains hold (`TraceMethod.mechanism`).
 - `gold_triple_recall`: the item's gold triples (`evidence.triples`) that a triple of the final chains
   (every beam: what TRACE-Triple reads) matches, over the gold triples of the questions that record
   chains. A triple matches by the rule backtracing quality uses against gold evidence
-  (`knowtrace/quality.py`, which a method may not import): its two entities are the gold triple's two, in
+  (scripts/lab/evidence_quality.py, which a method may not import): its two entities are the gold triple's two, in
   either order (equal as `kg.entity_key`s, the official answer normalisation, or one containing the other
   as whole words), whatever the relation's wording (TRACE's relations are free text). Items without gold
   triples (HotpotQA, MuSiQue) are left out; where no item has them the statistic has no value.

@@ -1,5 +1,5 @@
-"""A model's decisions on held-out gold prompts, as figures: what scripts/decisions.py (every method) and
-scripts/judgement.py (KnowTrace) print.
+"""A model's decisions on held-out gold prompts, as figures: what scripts/lab/decisions.py (every method) and
+scripts/lab/judgement.py (KnowTrace) print.
 
 Each `decisions.DecisionPrompt` is scored once (its options' next-token log-probabilities); the decision is the
 positive option where its log-odds against the best other option exceed a threshold (0: the greedy choice among

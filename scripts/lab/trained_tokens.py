@@ -2,14 +2,14 @@
 the model writes. Before the change the SFT completion was prefix + generated text (loss on both); now the prefix is
 prompt-side. The default run's 64 bootstrap questions of the world, BM25 over the world's corpus, each method's
 default settings, words counted by whitespace.
-    python scripts/trained_tokens.py
+    python scripts/lab/trained_tokens.py
 
 The last line is JSON."""
 import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from knowtrace_train.config import load_config
 from knowtrace_train.evaluate import EvalConfig, load_corpus
 from knowtrace_train.methods import METHODS, get_method

@@ -1,7 +1,7 @@
 """Benchmark: the main job's wall time by stage, on a cold machine or from finished run folders.
 
-    python scripts/bench_selftrain.py [--cold] [--output_dir runs/bench_default] [--key value ...]
-    python scripts/bench_selftrain.py --read RUN [RUN ...]
+    python scripts/bench/bench_selftrain.py [--cold] [--output_dir runs/bench_default] [--key value ...]
+    python scripts/bench/bench_selftrain.py --read RUN [RUN ...]
 
 The first form runs `recipes/selftrain.py` (the embedded default, with any config override after the
 options) in a child process and times it from launch to exit. `--cold` gives the child an empty cache
@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from knowtrace_train.errors import user_errors  # noqa: E402

@@ -3,7 +3,7 @@
 subprocess with its peak RSS (getrusage in the child).
 
 The corpus is the world's passages inside N generated distractors (`data.generated.open_generated`,
-the corpus source `generated`, deterministic by --seed), as scripts/bench_retrieval.py --scale. Steps:
+the corpus source `generated`, deterministic by --seed), as scripts/bench/bench_retrieval.py --scale. Steps:
 
 1. probe: the encoder's passages/s on the first --probe passages at each of --batch-sizes;
 2. build: encode the whole store into shards at --batch-size (seconds, passages/s, peak RSS, size on disk);
@@ -14,7 +14,7 @@ the corpus source `generated`, deterministic by --seed), as scripts/bench_retrie
 
 The last line is JSON.
 
-    OMP_NUM_THREADS=1 python scripts/bench_dense.py --scale 50000 [--workdir DIR] [--batch-size 64]
+    OMP_NUM_THREADS=1 python scripts/bench/bench_dense.py --scale 50000 [--workdir DIR] [--batch-size 64]
 """
 
 from __future__ import annotations
@@ -30,9 +30,9 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "scripts"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench_retrieval beside it
 
 WORLD_DIR = ROOT / "data" / "world"
 

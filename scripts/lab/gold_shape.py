@@ -1,8 +1,8 @@
 """What KnowTrace's gold trajectories look like at given noise rates: pairs and rounds, needed and extraneous
 triplets, and what backtracing filters of them (FA decomposed). No model is loaded.
 
-    python scripts/gold_shape.py                          # 64 world train questions, noise 0, 0.5 and 1.0
-    python scripts/gold_shape.py --questions 128 --noise 0 0.25 --prompts paper
+    python scripts/lab/gold_shape.py                          # 64 world train questions, noise 0, 0.5 and 1.0
+    python scripts/lab/gold_shape.py --questions 128 --noise 0 0.25 --prompts paper
 
 One line per noise rate (pairs and triplets both at that rate), the last line JSON.
 """

@@ -1,6 +1,6 @@
 """Backtracing quality on rollouts: FA ratio and gold-evidence precision/recall of both path rules.
 
-    python scripts/backtrace_quality.py --rollouts runs/x/iter_1/rollouts.jsonl \
+    python scripts/lab/backtrace_quality.py --rollouts runs/x/iter_1/rollouts.jsonl \
         --items data/world/train.jsonl [--corpus data/world/corpus.jsonl] [--path-rule shortest]
 
 Prints per-dataset figures for each path rule and, as its last line, one JSON object with
@@ -16,11 +16,12 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the lab's helper modules beside this script
 
 from knowtrace_train.errors import user_errors  # noqa: E402
 from knowtrace_train.methods.knowtrace.backtrace import DEFAULT_PATH_RULE, PATH_RULES, backtrace_trajectories  # noqa: E402
-from knowtrace_train.methods.knowtrace.quality import evidence_quality  # noqa: E402
+from evidence_quality import evidence_quality  # noqa: E402  (scripts/lab/evidence_quality.py)
 from knowtrace_train.data.schema import Passage, QAItem  # noqa: E402
 from knowtrace_train.io import iter_jsonl  # noqa: E402
 from knowtrace_train.trajectory import Trajectory  # noqa: E402

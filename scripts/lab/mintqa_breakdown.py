@@ -1,7 +1,7 @@
 """MINTQA's breakdown of evaluated trajectories: accuracy, EM and F1 by hop count, question kind and share of popular/new facts.
 
-    python scripts/mintqa_breakdown.py runs/eval/world_mintqa_rag.jsonl runs/eval/world_mintqa_decompose.jsonl
-    python scripts/mintqa_breakdown.py runs/eval/mintqa.jsonl --dataset my_mintqa_pop.jsonl --format mintqa
+    python scripts/lab/mintqa_breakdown.py runs/eval/world_mintqa_rag.jsonl runs/eval/world_mintqa_decompose.jsonl
+    python scripts/lab/mintqa_breakdown.py runs/eval/mintqa.jsonl --dataset my_mintqa_pop.jsonl --format mintqa
 
 Each FILE is a trajectory file of recipes/evaluate.py (any method). The questions' hop counts and
 knowledge types come from the dataset file (`--dataset`; by default the one evaluate recorded in
@@ -19,7 +19,7 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run from a checkout without installing
 
 from knowtrace_train.data.loaders import load_items  # noqa: E402
 from knowtrace_train.errors import user_errors  # noqa: E402

@@ -2,7 +2,7 @@
 LoRA and one QLoRA training step of selftrain_paper_gpu.yaml's shape and for the transformers backend's decoding,
 each beside docs/training.md's computed figure.
 
-    python scripts/bench_paper_gpu.py [--arch llama3-8b] [--tokenizer DIR] [--json-out FILE]
+    python scripts/bench/bench_paper_gpu.py [--arch llama3-8b] [--tokenizer DIR] [--json-out FILE]
 
 On a GPU (sized for at most 8 minutes on one H200, the random 8B build included):
 - build: `random:llama3-8b` (generation/architectures.py), built once into the cache home (bf16 safetensors).
@@ -29,7 +29,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_train import matmul_params, peak_bf16_tflops  # noqa: E402

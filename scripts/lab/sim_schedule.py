@@ -1,6 +1,6 @@
 """Decode steps of a KnowTrace stage under two schedules, counted from its trajectory file's recorded calls.
 
-    python scripts/sim_schedule.py TRAJECTORIES.jsonl [...] [--rows 32]
+    python scripts/lab/sim_schedule.py TRAJECTORIES.jsonl [...] [--rows 32]
 
 - lockstep (the engine's step, methods/knowtrace/engine.py, for the questions in flight together): every round
   makes one generate call per role (exploration, then completion, then the forced answers), each call decoding
@@ -25,7 +25,7 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from knowtrace_train.errors import UserError, user_errors  # noqa: E402
 from knowtrace_train.trajectory import Trajectory, read_trajectories  # noqa: E402

@@ -1,7 +1,7 @@
 """Each method's decisions measured: a run's models on held-out gold prompts of its dev questions.
 
-    python scripts/decisions.py RUN [--base] [--iteration 0 [1 ...]] [--limit N] [--dev_questions N] [--json FILE]
-    python scripts/decisions.py --table FILE [FILE ...]
+    python scripts/lab/decisions.py RUN [--base] [--iteration 0 [1 ...]] [--limit N] [--dev_questions N] [--json FILE]
+    python scripts/lab/decisions.py --table FILE [FILE ...]
 
 The prompts are the method's (`Method.decision_prompts`) over the run's dev questions (never trained on), rendered
 as each model runs them: KnowTrace's sufficiency judgement, DoG's answer try, TRACE's selector stop (and the gold
@@ -24,7 +24,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the lab's helper modules beside this script
 
 from knowtrace_train.errors import UserError  # noqa: E402
 
@@ -42,7 +43,7 @@ def measure(run_dir: Path, models: list[str], limit: int | None = None, dev_ques
     """Per model of `models` ("base", 0, z, "last"), `decision_figures` over the method's held-out gold prompts
     of the run's dev questions. `make_generator(GeneratorConfig)` builds a model (default: the configured
     backend); `retriever` the run's (default: built from the run's config and corpus)."""
-    from knowtrace_train.decision_figures import decision_figures
+    from decision_figures import decision_figures
     from knowtrace_train.decisions import require_scorer, score_prompts
     from knowtrace_train.generation import build_generator
     from knowtrace_train.methods import get_method
@@ -76,7 +77,7 @@ def measure(run_dir: Path, models: list[str], limit: int | None = None, dev_ques
         if prompts:
             generator = build(rm.generator)
             try:
-                require_scorer(generator, "scripts/decisions.py")
+                require_scorer(generator, "scripts/lab/decisions.py")
                 scores = score_prompts(generator, prompts)
             finally:
                 close = getattr(generator, "close", None)

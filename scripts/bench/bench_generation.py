@@ -28,9 +28,9 @@ hf_cb_tok_s, cb_ratio = batched / hf_cb, cb_agree = prompts whose hf_cb text equ
 --adapters gives every phase two random LoRA adapters (rank 8, all linear layers, seeded) and alternates
 the prompts between their roles (explore, complete), as KnowTrace's calls alternate.
 
-  python scripts/bench_generation.py
-  python scripts/bench_generation.py --vllm-python /work/venv-vllm/bin/python
-  python scripts/bench_generation.py --n 16 --max-new-tokens 32 --no-stop --adapters --phases reference,batched,hf_cb
+  python scripts/bench/bench_generation.py
+  python scripts/bench/bench_generation.py --vllm-python /work/venv-vllm/bin/python
+  python scripts/bench/bench_generation.py --n 16 --max-new-tokens 32 --no-stop --adapters --phases reference,batched,hf_cb
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """Peak memory of the post-fetch check on a file the size of 2Wiki's train JSON (708 MB), generated in its layout.
 
-    python scripts/bench_check_rss.py make /tmp/2wiki_like/train.json                           # ~700 MB
-    PYTHONPATH=$PWD /usr/bin/time -v python scripts/bench_check_rss.py check /tmp/2wiki_like/train.json
-    PYTHONPATH=<a checkout before the streamed check> /usr/bin/time -v python scripts/bench_check_rss.py whole ...
+    python scripts/bench/bench_check_rss.py make /tmp/2wiki_like/train.json                           # ~700 MB
+    PYTHONPATH=$PWD /usr/bin/time -v python scripts/bench/bench_check_rss.py check /tmp/2wiki_like/train.json
+    PYTHONPATH=<a checkout before the streamed check> /usr/bin/time -v python scripts/bench/bench_check_rss.py whole ...
 
 (PYTHONPATH picks the code measured.) `check` is what `fetch` runs after a download (`loaders.iter_items`, counted, none kept); `whole` keeps every
 item (`load_items_report`), as the check did before it streamed. The items are random words in 2Wiki's exact

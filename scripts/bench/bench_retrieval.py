@@ -14,7 +14,7 @@ Both break ties by corpus order; top-5 agreement is the share of the reference's
 both return the same set of passages. The last line is JSON with qps, reference_qps, ratio and
 top5_agreement (and the rest). Targets: qps >= 1,000 on 2 cores and ratio >= 50.
 
-    python scripts/bench_retrieval.py [--passages 100000] [--queries 5000] [--ref-queries 200]
+    python scripts/bench/bench_retrieval.py [--passages 100000] [--queries 5000] [--ref-queries 200]
 
 Needs rank-bm25 and psutil (the dev extra).
 
@@ -31,15 +31,15 @@ last line is JSON. Search runs with MaxScore (`pruning="maxscore"`, the default)
 `--cached` only searches the open-world store of N distractors already in the cache home (the corpus
 source `generated`, `--seed`) with its index there, generating and building nothing.
 
-    python scripts/bench_retrieval.py --scale 1000000 [--shard-passages 250000] [--workdir DIR]
-    python scripts/bench_retrieval.py --scale 1000000 --cached
+    python scripts/bench/bench_retrieval.py --scale 1000000 [--shard-passages 250000] [--workdir DIR]
+    python scripts/bench/bench_retrieval.py --scale 1000000 --cached
 
 With `--pyserini PYTHON` (the python of a separate environment with Pyserini, a benchmark-only
 dependency; `--java-home` picks its JDK), the same run also builds Lucene's BM25 index on the same
 passages, as FlashRAG does (`PYTHON -m pyserini.index.lucene`, JsonCollection of {"id", "contents":
 passage_text}, DefaultLuceneDocumentGenerator, one thread; seconds, CPU seconds and peak RSS of
 that child by os.wait4), searches the same queries with Pyserini's LuceneSearcher
-(scripts/bench_lucene.py, in that environment) at Pyserini's default k1 0.9 b 0.4 and at ours,
+(scripts/bench/bench_lucene.py, in that environment) at Pyserini's default k1 0.9 b 0.4 and at ours,
 1.2 and 0.75 (batch_search on one thread, and one search call a query), and reports Lucene's dev
 recall@5, the mean top-5 overlap with ours (|ours & Lucene's| / 5 a query), the share of
 differing queries where Lucene's 5th and 6th hits tie, and where the two analyzers part: the query
@@ -64,7 +64,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
@@ -122,7 +122,7 @@ def make_corpus_and_queries(min_passages: int, n_queries: int, seed: int):
 
 
 def rss_mb() -> float:
-    psutil = import_extra("psutil", "dev", "scripts/bench_retrieval.py's memory figures")
+    psutil = import_extra("psutil", "dev", "scripts/bench/bench_retrieval.py's memory figures")
     return psutil.Process().memory_info().rss / 2**20
 
 
@@ -175,7 +175,7 @@ def worker_bm25s(passages: list[Passage], queries: list[str], k: int, cache: Pat
 
 
 def worker_reference(passages: list[Passage], queries: list[str], k: int) -> dict:
-    BM25Okapi = import_extra("rank_bm25", "dev", "scripts/bench_retrieval.py's reference").BM25Okapi
+    BM25Okapi = import_extra("rank_bm25", "dev", "scripts/bench/bench_retrieval.py's reference").BM25Okapi
 
     class LuceneBM25Okapi(BM25Okapi):
         """rank_bm25's Okapi BM25 with Lucene's idf, log(1 + (N - df + 0.5) / (df + 0.5))."""

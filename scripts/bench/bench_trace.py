@@ -1,6 +1,6 @@
 """Benchmark: TRACE's KG generator, documents/s batched vs one at a time, and the cache hit rate of a second pass.
 
-    python scripts/bench_trace.py [--documents 16] [--max-new-tokens 64] [--model smollm2-135m]
+    python scripts/bench/bench_trace.py [--documents 16] [--max-new-tokens 64] [--model smollm2-135m]
 
 The documents are the first distinct passages of BM25's top 10 for the world's first dev questions.
 In one process, with greedy decoding: (1) one document per `generate` call, on a generator without
@@ -22,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from knowtrace_train.data.corpus import read_corpus  # noqa: E402
 from knowtrace_train.data.loaders import load_items  # noqa: E402
@@ -31,7 +31,7 @@ from knowtrace_train.generation import GeneratorConfig, build_generator  # noqa:
 from knowtrace_train.methods.trace.kg_generator import KGGenerator, ContentCache  # noqa: E402
 from knowtrace_train.retrieval import RetrieverConfig, build_retriever  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 class OneAtATime:

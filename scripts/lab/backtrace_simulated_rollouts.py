@@ -1,8 +1,8 @@
 """Simulated KnowTrace rollouts for measuring backtracing where no model answers yet.
 
-    python scripts/backtrace_simulated_rollouts.py --items data/world/train.jsonl \
+    python scripts/lab/backtrace_simulated_rollouts.py --items data/world/train.jsonl \
         --corpus data/world/corpus.jsonl --output /tmp/sim_rollouts.jsonl [--n 200 --noise 0.5 --seed 0]
-    python scripts/backtrace_quality.py --rollouts /tmp/sim_rollouts.jsonl --items data/world/train.jsonl \
+    python scripts/lab/backtrace_quality.py --rollouts /tmp/sim_rollouts.jsonl --items data/world/train.jsonl \
         --corpus data/world/corpus.jsonl
 
 The real KnowTrace engine and a BM25 retriever run with a scripted model in place of the LLM:
@@ -25,7 +25,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Sequence
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from knowtrace_train.errors import user_errors  # noqa: E402
 from knowtrace_train.methods.knowtrace import outputs  # noqa: E402

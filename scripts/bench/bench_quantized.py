@@ -4,7 +4,7 @@ side by side in one process. One layer's weights stay warm in cache (a decoding 
 the times compare kernels, not decoding steps. Each kernel's error is its largest absolute difference from the fp32 product of the
 weights it holds: the weights' rounding is not counted, dynamic_int8's rounding of the activations is.
 
-    python scripts/bench_quantized.py [--rows 1,13,32,256] [--threads 1] [--repeat 50]
+    python scripts/bench/bench_quantized.py [--rows 1,13,32,256] [--threads 1] [--repeat 50]
 
 - fp32: `x @ w_t`, what decoding runs on CPUs in fp32;
 - dynamic_int8: fbgemm's `quantized.dynamic.Linear` (per-channel int8 weights, activations quantized per call to

@@ -1,6 +1,6 @@
 """KnowTrace's sufficiency judgement of a run's model: on held-out gold prompts, and on its own dev explorations.
 
-    python scripts/judgement.py RUN [--iteration 0] [--limit N] [--dev_questions N] [--dev_only] [--calibrate] [--json FILE]
+    python scripts/lab/judgement.py RUN [--iteration 0] [--limit N] [--dev_questions N] [--dev_only] [--calibrate] [--json FILE]
 
 Held-out gold prompts (`methods/knowtrace/judgement.py`): every exploration prompt of the gold trajectories of the
 run's dev questions (`--questions dev`), labelled No while a hop is missing and Yes once the chain is in the graph;
@@ -18,7 +18,8 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the lab's helper modules beside this script
 
 from knowtrace_train.errors import UserError  # noqa: E402
 
@@ -56,8 +57,9 @@ def measure(run_dir: Path, iteration: str = "0", limit: int | None = None, gener
 
     from knowtrace_train.generation import build_generator
     from knowtrace_train.metrics import format_interval
-    from knowtrace_train.methods.knowtrace.judgement import (exploration_confusion, gold_judgement_prompts,
-                                                             judgement_figures, score_judgements)
+    from judgement_figures import exploration_confusion, judgement_figures, score_judgements
+
+    from knowtrace_train.methods.knowtrace.judgement import gold_judgement_prompts
     from knowtrace_train.selftrain.loop import select_questions
     from knowtrace_train.selftrain.models import run_model
     from knowtrace_train.trajectory import read_trajectories
@@ -65,7 +67,7 @@ def measure(run_dir: Path, iteration: str = "0", limit: int | None = None, gener
     rm = run_model(run_dir, iteration)
     strategy = rm.strategy
     if strategy.name != "knowtrace":
-        raise UserError(f"{run_dir}: scripts/judgement.py measures KnowTrace's judgement; this run's method is "
+        raise UserError(f"{run_dir}: scripts/lab/judgement.py measures KnowTrace's judgement; this run's method is "
                         f"{strategy.name!r}")
     config = rm.config
     if dev_questions is not None:  # the held-out prompts of more (or fewer) of the same shuffled dev questions

@@ -1,6 +1,6 @@
 """Benchmark: DoG's questions/min with the questions advancing together vs one question at a time, and the graph store's lookups/s.
 
-    python scripts/bench_dog.py [--questions 8] [--max-hops 2] [--debate-rounds 1] [--model smollm2-135m]
+    python scripts/bench/bench_dog.py [--questions 8] [--max-hops 2] [--debate-rounds 1] [--model smollm2-135m]
 
 The questions are the world's first dev questions, over the world's knowledge graph (strategy.graph
 world). In one process, with greedy decoding: (1) the engine run once per question (every call a
@@ -20,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from knowtrace_train.data.loaders import load_items  # noqa: E402
 from knowtrace_train.errors import user_errors  # noqa: E402
@@ -28,7 +28,7 @@ from knowtrace_train.generation import GeneratorConfig, build_generator  # noqa:
 from knowtrace_train.methods.dog import DoG, DoGConfig  # noqa: E402
 from knowtrace_train.methods.dog.graph import build_store, graph_triples  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def store_rate(entities: int) -> dict:

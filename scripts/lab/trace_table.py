@@ -1,6 +1,6 @@
 """TRACE's comparison table: EM/F1 with 95% intervals, EM by question kind, context tokens, paired tests.
 
-    python scripts/trace_table.py runs/eval --datasets world hotpotqa 2wiki musique
+    python scripts/lab/trace_table.py runs/eval --datasets world hotpotqa 2wiki musique
 
 Reads `<folder>/trace_<dataset>_<reader>.jsonl` (readers triple, doc, all_docs, no_docs) and
 `<folder>/knowtrace_<dataset>.jsonl` (KnowTrace with the same model and retriever), as
@@ -18,7 +18,7 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from knowtrace_train.data.loaders import load_items  # noqa: E402
 from knowtrace_train.errors import user_errors  # noqa: E402

@@ -1,10 +1,10 @@
-"""Lucene's BM25 through Pyserini, the other side of `scripts/bench_retrieval.py --scale N --pyserini PYTHON`.
+"""Lucene's BM25 through Pyserini, the other side of `scripts/bench/bench_retrieval.py --scale N --pyserini PYTHON`.
 
 Run by that bench with the python of a separate environment that has Pyserini (a benchmark-only
 dependency, never the package's; it needs a JDK, found through JAVA_HOME). Uses nothing from
 knowtrace_train, only the standard library and Pyserini, so that environment needs none of ours.
 
-    PYTHON scripts/bench_lucene.py search --index DIR --queries Q.json --out OUT.json [--k1 0.9 --b 0.4]
+    PYTHON scripts/bench/bench_lucene.py search --index DIR --queries Q.json --out OUT.json [--k1 0.9 --b 0.4]
 
 searches the queries (a JSON list of strings) with Pyserini's `LuceneSearcher` on a Lucene index
 that the bench built with `PYTHON -m pyserini.index.lucene` (JsonCollection,

@@ -1,6 +1,6 @@
 """Benchmark: the batched KnowTrace engine against a one-question, one-call-at-a-time reference.
 
-    python scripts/bench_rollout.py [--config recipes/configs/eval_world.yaml] [--questions 16] [--key value ...]
+    python scripts/bench/bench_rollout.py [--config recipes/configs/eval_world.yaml] [--questions 16] [--key value ...]
 
 Both run the same questions, prompts and greedy decoding in one process. The engine advances all
 questions together (one batch of calls per step, the generator's batching and shared-prefix
@@ -9,7 +9,7 @@ retrieval query alone, on a generator without the shared-prefix cache, as the au
 does. Prints questions per minute of each, their ratio (target: at least 4 on 2 CPU cores with
 the default model) and how many predictions agree; the last line is one JSON object.
 
-    python scripts/bench_rollout.py --pipelined 32 [--order lockstep,pipelined] [--questions 100] [--key value ...]
+    python scripts/bench/bench_rollout.py --pipelined 32 [--order lockstep,pipelined] [--questions 100] [--key value ...]
 
 times two schedules of the same engine instead, at most WIDTH questions in flight: lockstep (groups of
 WIDTH, each run until its slowest question ends: the engine before pipelining) and pipelined (a finished
@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 from typing import Sequence
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from knowtrace_train.errors import user_errors  # noqa: E402
 from knowtrace_train.evaluate import load_corpus, load_eval_config, load_eval_items, set_threads  # noqa: E402

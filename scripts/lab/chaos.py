@@ -1,10 +1,10 @@
 """Fault injection: the main job on the tiny model, SIGKILLed at named points of every stage and at random times, rerun
 by the same command, and its run folder compared file by file with an uninterrupted run's (issue 64, item 2).
 
-    python scripts/chaos.py                                   # the smoke size CI runs (tests/test_chaos.py)
-    python scripts/chaos.py --points all --random 3           # every point the runs reach, each on its own
-    python scripts/chaos.py --modes grpo --points iter_1/train_explore:step,iter_1/rollout:record#3
-    python scripts/chaos.py --modes none --torchrun           # two processes (torchrun), mid-training, mid-rollout
+    python scripts/lab/chaos.py                                   # the smoke size CI runs (tests/test_chaos.py)
+    python scripts/lab/chaos.py --points all --random 3           # every point the runs reach, each on its own
+    python scripts/lab/chaos.py --modes grpo --points iter_1/train_explore:step,iter_1/rollout:record#3
+    python scripts/lab/chaos.py --modes none --torchrun           # two processes (torchrun), mid-training, mid-rollout
 
 Each mode (backtrace with the bootstrap and the raw base's evaluation; star, kto and grpo from the raw base) runs once
 uninterrupted through the main job's command (`tests/selftrain_helpers.py --main-job`: the oracle generator over the
@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 TESTS = REPO / "tests"
 for p in (REPO, TESTS):
     if str(p) not in sys.path:
@@ -109,7 +109,7 @@ def kill_launch(pid: int) -> None:
     starts every worker in a session of its own)."""
     from knowtrace_train.errors import import_extra
 
-    psutil = import_extra("psutil", "dev", "scripts/chaos.py (it finds the processes torchrun started)")
+    psutil = import_extra("psutil", "dev", "scripts/lab/chaos.py (it finds the processes torchrun started)")
 
     try:
         children = psutil.Process(pid).children(recursive=True)
