@@ -15,7 +15,7 @@ import pytest
 import fetch_fixtures
 from fetch_fixtures import (COMMIT, DPR_ROWS, ED_WOOD, HOTPOT_DEV, MINTQA_POP, MUSIQUE_DEV, WIKI2_ALIASES, WIKI2_DEV, Server, jsonl, point_urls_at,
                             write_parquet, write_sources, zip_of)
-from knowtrace_train.data import fetch as fetch_mod
+from knowtrace_train.data import download as download_mod
 from knowtrace_train.data import registry
 from knowtrace_train.data.__main__ import main as data_main
 from knowtrace_train.data.corpus import read_named_corpus
@@ -203,9 +203,9 @@ def test_mirror_offline(tmp_path, cache, monkeypatch, capsys):
 
 
 def test_a_killed_download_resumes_with_a_range_request(server, cache, monkeypatch):
-    monkeypatch.setattr(fetch_mod, "CHUNK", 16)
+    monkeypatch.setattr(download_mod, "CHUNK", 16)
     writes = {"n": 0}
-    real = fetch_mod._append
+    real = download_mod._append
 
     def killed(out, chunk):
         writes["n"] += 1
@@ -213,7 +213,7 @@ def test_a_killed_download_resumes_with_a_range_request(server, cache, monkeypat
             raise KeyboardInterrupt
         real(out, chunk)
 
-    monkeypatch.setattr(fetch_mod, "_append", killed)
+    monkeypatch.setattr(download_mod, "_append", killed)
     with pytest.raises(KeyboardInterrupt):
         fetch("wiki2018-dpr", log=_say)
     folder = cache / "data" / "wiki2018-dpr" / "dpr-psgs-w100"
@@ -221,7 +221,7 @@ def test_a_killed_download_resumes_with_a_range_request(server, cache, monkeypat
     assert not (folder / "psgs_w100.tsv.gz").exists() and not (folder / registry.LOCK_NAME).exists()
     with pytest.raises(FetchError, match="wiki2018-dpr is not fetched yet"):  # never read half-written
         read_named_corpus("wiki2018-dpr")
-    monkeypatch.setattr(fetch_mod, "_append", real)
+    monkeypatch.setattr(download_mod, "_append", real)
     fetch("wiki2018-dpr", log=_say)
     assert server.requests[-1] == ("/files/psgs_w100.tsv.gz", "bytes=48-")
     assert len(read_named_corpus("wiki2018-dpr")) == 2
@@ -257,14 +257,14 @@ def test_a_full_disk_is_one_line_naming_the_folder_and_the_bytes(server, cache, 
     def full(out, chunk):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(fetch_mod, "_append", full)
+    monkeypatch.setattr(download_mod, "_append", full)
     assert data_main(["fetch", "wiki2018-dpr"]) == 2
     err = capsys.readouterr().err.strip()
     folder = cache / "data" / "wiki2018-dpr" / "dpr-psgs-w100"
     size = (Path(server.root) / "files" / "psgs_w100.tsv.gz").stat().st_size
     assert len(err.splitlines()) == 1 and f"no space left in {folder}: {size} more bytes needed" in err
     # known sizes are checked before a byte is written
-    monkeypatch.setattr(fetch_mod.shutil, "disk_usage", lambda p: type("U", (), {"free": 10})())
+    monkeypatch.setattr(download_mod.shutil, "disk_usage", lambda p: type("U", (), {"free": 10})())
     assert data_main(["fetch", "wiki2018-dpr"]) == 2
     assert f"no space left in {folder}: {size} bytes needed, 10 free" in capsys.readouterr().err
 
@@ -411,7 +411,7 @@ def _answer(status: int, body: bytes, content_type: str = "application/octet-str
 
 
 def _no_wait(monkeypatch):
-    monkeypatch.setattr(fetch_mod, "RETRY_WAIT", 0.0)
+    monkeypatch.setattr(download_mod, "RETRY_WAIT", 0.0)
 
 
 def test_an_html_page_where_a_zip_belongs_is_one_line_and_nothing_is_kept(server, cache, capsys):
@@ -479,7 +479,7 @@ def test_drives_confirmation_form_is_read_and_followed(server, cache, monkeypatc
     file_id, uuid = "1tGdADlNjWFaHLeZZGShh2IRcpO6Lv24h", "6f1b0a4c-2b1e-4d7e-9f3a-0c5d8e7a1b2c"
     zip_bytes = (Path(server.root) / "files" / "musique_v1.0.zip").read_bytes()
     host = server.url.split("://", 1)[1]
-    monkeypatch.setattr(fetch_mod, "_DRIVE_HOSTS", fetch_mod._DRIVE_HOSTS + (host,))
+    monkeypatch.setattr(download_mod, "_DRIVE_HOSTS", download_mod._DRIVE_HOSTS + (host,))
 
     def drive(h):
         query = dict(__import__("urllib.parse").parse.parse_qsl(h.path.split("?", 1)[1]))
@@ -590,9 +590,9 @@ def test_a_connection_that_keeps_dropping_is_one_line_after_bounded_retries(serv
     assert data_main(["fetch", "wiki2018-dpr"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1
-    assert f"wiki2018-dpr: {server.url}/files/psgs_w100.tsv.gz: the connection dropped {fetch_mod.RETRIES + 1} times" in err
+    assert f"wiki2018-dpr: {server.url}/files/psgs_w100.tsv.gz: the connection dropped {download_mod.RETRIES + 1} times" in err
     assert f"of {len(data)} bytes of psgs_w100.tsv.gz in psgs_w100.tsv.gz.part); run fetch again to resume" in err
-    assert len([p for p, _ in server.requests if p == "/files/psgs_w100.tsv.gz"]) == fetch_mod.RETRIES + 1
+    assert len([p for p, _ in server.requests if p == "/files/psgs_w100.tsv.gz"]) == download_mod.RETRIES + 1
     del server.routes["/files/psgs_w100.tsv.gz"]
     assert data_main(["fetch", "wiki2018-dpr"]) == 0  # the next fetch resumes from the part
 

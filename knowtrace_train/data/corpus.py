@@ -33,7 +33,7 @@ log = logging.getLogger(__name__)
 CORPUS_SOURCES = ("contexts", "file", "generated", "kg", "name")
 #: `store: auto` reads a corpus file of at least this many bytes as a passage store, a smaller one whole into memory:
 #: the size where the in-memory path's peak RSS reaches the sharded store's plateau (about 700 MiB; measured with
-#: scripts/bench_store_crossover.py, docs/retrieval.md "In memory or on disk")
+#: scripts/bench/bench_store_crossover.py, docs/retrieval.md "In memory or on disk")
 STORE_AUTO_BYTES = 100 * 2**20
 
 

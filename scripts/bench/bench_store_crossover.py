@@ -5,7 +5,7 @@ For each size, the world's passages inside generated distractors (data/generated
 file; then, each in a fresh process, (a) `read_corpus` + `BM25Retriever` (in memory) and (b) `open_store` +
 `ShardedBM25Retriever` (the store), each from an empty cache, give their seconds and peak RSS (getrusage).
 
-    OMP_NUM_THREADS=1 nice -n 10 python scripts/bench_store_crossover.py --sizes 20000,100000,300000
+    OMP_NUM_THREADS=1 nice -n 10 python scripts/bench/bench_store_crossover.py --sizes 20000,100000,300000
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 
 def child(mode: str, corpus: str, cache: str) -> None:
