@@ -240,8 +240,7 @@ class SelfTrain(Bootstrap, Calibration, Reuse, AdapterTraining, Evaluations):
             torch.set_num_threads(n)
         if n > 1 and os.environ.get("OMP_WAIT_POLICY", "").strip().upper() == "PASSIVE" and training_device() == "cpu":
             log.warning("OMP_WAIT_POLICY=PASSIVE with %d torch threads: every parallel region wakes sleeping threads, "
-                        "which slowed a run alone on its cores (2-core EPYC: training 1.95x, decoding 1.31x; "
-                        "docs/training.md). Unset it here; where other jobs share the cores, keep it and run one "
+                        "which slows a run alone on its cores (measured in docs/training.md, \"Threads\"). Unset it here; where other jobs share the cores, keep it and run one "
                         "thread per process (--threads 1, or torchrun)", n)
         return n
 
