@@ -12,7 +12,7 @@ Each subcommand runs what its recipe or script runs (their `main`, in knowtrace_
 options, output and exit status; `knowtrace-train <command> --help` lists its options. The recipes and scripts
 stay, and `accelerate launch recipes/selftrain.py` stays the main command (`accelerate launch -m
 knowtrace_train.cli selftrain` launches the same from an installed package). An unknown command is one line on
-stderr and exit status 2.
+stderr and exit status 2; every command's user errors go through the one boundary (errors.guarded).
 """
 
 from __future__ import annotations
@@ -21,6 +21,8 @@ import importlib
 import sys
 from contextlib import contextmanager
 from typing import Iterator, Sequence
+
+from knowtrace_train.errors import debug_requested, guarded
 
 PROG = "knowtrace-train"
 
@@ -83,6 +85,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if name not in COMMANDS:
         print(f"{PROG}: no command {name!r} (the commands: {', '.join(COMMANDS)}; {PROG} --help)", file=sys.stderr)
         return 2
+    return guarded(lambda: _run_command(name, rest), debug_requested(rest))  # each command's main is guarded too
+
+
+def _run_command(name: str, rest: list[str]) -> int:
     module = importlib.import_module(COMMANDS[name][0])
     prog = f"{PROG} {name}"
     if name == "data":

@@ -36,7 +36,7 @@ from knowtrace_train.evaluate import (
     set_threads,
 )
 from knowtrace_train.generation import GeneratorConfig, check_generator_installed
-from knowtrace_train.io import atomic_write_text
+from knowtrace_train.io import atomic_write_text, read_json
 from knowtrace_train.methods import StrategyConfig, get_method
 from knowtrace_train.methods.base import MechanismStat
 from knowtrace_train.methods.baselines import IRCoTConfig, IterRetGenConfig, RACoTConfig, ReActConfig, SelfAskConfig
@@ -157,7 +157,7 @@ def _check_cell_settings(ev: EvalConfig, folder: Path) -> None:
     mine = _settings({k: config_to_dict(getattr(ev, k)) for k in ("strategy", "generator", "retriever", "corpus", "dataset")})
     path = folder / (Path(ev.output).stem + ".cell.json")  # type: ignore[arg-type]
     if path.exists():
-        had = _settings(json.loads(path.read_text(encoding="utf-8")))
+        had = _settings(read_json(path))
         if had != mine:
             diff = sorted(k for k in mine if had.get(k) != mine[k])
             raise ConfigError(f"{path}: the cell was run with other {', '.join(diff)} settings; "

@@ -28,7 +28,8 @@ from typing import Any, Callable, Mapping, Sequence, TypeVar
 
 import yaml
 
-from knowtrace_train.errors import DEBUG_ENV, UserError, debug_requested, report_user_error
+from knowtrace_train.errors import DEBUG_ENV, UserError, debug_requested, guarded
+from knowtrace_train.io import DataFileError, read_text
 
 T = TypeVar("T")
 
@@ -256,15 +257,61 @@ def _build(cls: type[T], data: Mapping[str, Any], prefix: str, src: _Sources, ba
         raise ConfigError(f"{src.within(prefix)}: {prefix or cls.__name__}: {e}") from e
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """YAML's safe loader, refusing a key given twice in one mapping (the last would win without a word)."""
+
+    def construct_mapping(self, node, deep=False):
+        if isinstance(node, yaml.MappingNode):
+            seen: dict[Any, int] = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    first = seen.setdefault(key, key_node.start_mark.line + 1)
+                except TypeError:  # an unhashable key: the constructor says so
+                    continue
+                if first != key_node.start_mark.line + 1:
+                    raise ConfigError(f"{self.name}:{key_node.start_mark.line + 1}: key {key!r} given twice (first on "
+                                      f"line {first}): keep one")
+        return super().construct_mapping(node, deep=deep)
+
+
+def yaml_error_line(path: str | Path, e: yaml.YAMLError) -> str:
+    """A YAML parse error as one line: the file, its line and column, what is wrong."""
+    mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
+    where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(path)
+    what = " ".join(str(x) for x in (getattr(e, "context", None), getattr(e, "problem", None)) if x) or str(e)
+    return f"{where}: not valid YAML ({' '.join(what.split())})"
+
+
+def parse_yaml(text: str, path: str | Path) -> Any:
+    """YAML text of the file `path` (named in errors) -> its value; a key given twice or a parse error is a
+    `ConfigError` naming the file and line."""
+    loader = _UniqueKeyLoader(text)
+    loader.name = str(path)
+    try:
+        return loader.get_single_data()
+    except yaml.YAMLError as e:
+        raise ConfigError(yaml_error_line(path, e)) from e
+    except RecursionError as e:
+        raise ConfigError(f"{path}: not valid YAML (nested too deeply)") from e
+    finally:
+        loader.dispose()
+
+
 def read_yaml(path: str | Path) -> dict[str, Any]:
     """A YAML mapping from `path` (an empty file is an empty mapping)."""
     path = Path(path)
+    if path.is_dir():
+        raise ConfigError(f"{path}: a folder, not a YAML file: name the config file")
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as e:
-        raise ConfigError(f"{path}: not valid YAML ({e})") from e
+        text = read_text(path)
+    except DataFileError as e:
+        raise ConfigError(str(e)) from e
     except OSError as e:
         raise ConfigError(f"{path}: cannot read ({e.strerror})") from e
+    data = parse_yaml(text, path)
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -394,12 +441,7 @@ def run_recipe(
     missing extra) is printed to stderr as one line, `config error: ...` or the like, and exits 2; with
     `--debug` it keeps its traceback."""
     args = parse_recipe_args(argv, doc, config_file_help, config_class)
-    try:
-        return run(load(args.config, args.overrides), args)
-    except UserError as e:
-        if args.debug:
-            raise
-        return report_user_error(e)
+    return guarded(lambda: run(load(args.config, args.overrides), args), args.debug)
 
 
 def config_to_dict(obj: Any) -> Any:

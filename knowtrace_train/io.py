@@ -99,8 +99,15 @@ def iter_jsonl(
     """Yield (line number, object) for each non-blank line; a bad line raises `DataFileError`,
     or, where `on_error` is given, is passed to it as (line number, reason) and skipped."""
     path = Path(path)
-    with path.open(encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
+    with path.open("rb") as f:
+        for lineno, raw in enumerate(f, 1):
+            try:
+                line = raw.decode("utf-8-sig" if lineno == 1 else "utf-8")
+            except UnicodeDecodeError as e:
+                if on_error is None:
+                    raise not_utf8(path, e, lineno) from e
+                on_error(lineno, f"not UTF-8 text (byte 0x{e.object[e.start:e.start + 1].hex()} at offset {e.start})")
+                continue
             if not line.strip():
                 continue
             try:
@@ -190,6 +197,35 @@ def iter_json_array(path: str | Path) -> Iterator[tuple[int, int, Any]]:
                     raise fail(pos - 1, f"expected ',' or ']' after item {index - 1}, got {c[:1]!r}" if c else "the array is not closed")
         if skip_space():
             raise fail(pos, "extra data after the closing ']'")
+
+
+def not_utf8(path: str | Path, e: UnicodeDecodeError, line: int | None = None) -> DataFileError:
+    """The one-line error of a file whose bytes are not UTF-8: the file, the line where known, the byte offset."""
+    where = f"{path}:{line}" if line is not None else str(path)
+    return DataFileError(f"{where}: not UTF-8 text (byte 0x{e.object[e.start:e.start + 1].hex()} at offset {e.start}"
+                         f"{' of the line' if line is not None else ''}): save it as UTF-8, or name the right file")
+
+
+def read_text(path: str | Path) -> str:
+    """A user's text file as UTF-8 (a leading BOM dropped); bytes that are not UTF-8 raise `DataFileError` naming the
+    file and the byte offset, a folder or an unreadable path one naming the path (through the command's boundary)."""
+    path = Path(path)
+    data = path.read_bytes()
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise not_utf8(path, e) from e
+
+
+def read_json(path: str | Path) -> Any:
+    """A JSON file (a run folder's bookkeeping, a summary): a damaged one raises `DataFileError` naming the file and
+    where it breaks."""
+    text = read_text(path)
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise DataFileError(f"{path}: damaged JSON ({e.msg} at line {e.lineno}, column {e.colno}): restore it, or "
+                            "remove it (with the stage that wrote it) so that a rerun writes it again") from e
 
 
 def read_jsonl(path: str | Path) -> list[dict[str, Any]]:

@@ -14,11 +14,12 @@ the Hugging Face Hub's download bars too; `trainer_bar_off()` is the Trainer's `
 from __future__ import annotations
 
 import logging
-import os
 import sys
 import time
 from contextlib import contextmanager
 from typing import Any, Iterator
+
+from knowtrace_train.errors import env_number
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +48,7 @@ class LineProgress:
         self.total, self.desc, self.unit = total, desc, unit
         self.n = 0
         self.postfix = ""
-        self.seconds = seconds if seconds is not None else float(os.environ.get(SECONDS_ENV) or LINE_SECONDS)
+        self.seconds = seconds if seconds is not None else env_number(SECONDS_ENV, LINE_SECONDS)
         self._start = self._last = time.perf_counter()
         self._closed = False
 

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from knowtrace_train.errors import import_extra
+from knowtrace_train.io import read_json
 from knowtrace_train.metrics import (
     MIN_QUESTIONS_FOR_INTERVAL,
     familiarity_share,
@@ -312,7 +313,7 @@ def load_run(run_dir: str | Path) -> dict[str, Any]:
     run_dir = Path(run_dir)
     path = run_dir / "summary.json"
     if path.is_file():
-        return {**json.loads(path.read_text(encoding="utf-8")), "run_dir": str(run_dir)}
+        return {**read_json(path), "run_dir": str(run_dir)}
     raise FileNotFoundError(f"{run_dir}: no summary.json (not a self-training run folder, or not started)")
 
 

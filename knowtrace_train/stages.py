@@ -13,7 +13,6 @@ of them meet at a barrier after each stage so that they agree on what is done.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import re
@@ -24,7 +23,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from knowtrace_train.errors import LaunchError, RunError
-from knowtrace_train.io import file_sha256, write_json
+from knowtrace_train.io import file_sha256, read_json, write_json
 
 log = logging.getLogger(__name__)
 
@@ -108,7 +107,7 @@ def is_done(folder: Path, stage: str) -> bool:
 
 def read_marker(folder: Path, stage: str) -> dict[str, Any]:
     """The stage's marker as written: its figures and the SHA-256 of its files (`FILES_KEY`)."""
-    return json.loads(marker(folder, stage).read_text(encoding="utf-8"))
+    return read_json(marker(folder, stage))
 
 
 def read_done(folder: Path, stage: str) -> dict[str, Any]:

@@ -34,7 +34,6 @@ import contextlib
 import contextvars
 import hashlib
 import importlib.util
-import json
 import logging
 import math
 import os
@@ -43,6 +42,7 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
 from knowtrace_train.errors import MissingExtraError, import_extra
+from knowtrace_train.io import read_json
 
 log = logging.getLogger(__name__)
 
@@ -308,7 +308,7 @@ class Tracking:
             self.folder.mkdir(parents=True, exist_ok=True)
             state_file = self.folder / LOGGED_FILE
             if state_file.is_file():
-                self._state = json.loads(state_file.read_text(encoding="utf-8"))
+                self._state = read_json(state_file)
             self._state.setdefault("models", [])
             common = dict(folder=self.folder, project=self.run_name, name=f"{self.run_name}/{LOOP_RUN}",
                           run_key=str(self.run_dir.resolve()), state=self._state)

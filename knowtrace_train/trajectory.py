@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from knowtrace_train.io import DataFileError, atomic_write_text
+from knowtrace_train.io import DataFileError, atomic_write_text, read_text
 from knowtrace_train.kg import GuidancePair, KnowledgeGraph
 from knowtrace_train.metrics import exact_match
 
@@ -141,7 +141,7 @@ def read_trajectories(path: str | Path) -> list[Trajectory]:
     path = Path(path)
     if not path.exists():
         return []
-    text = path.read_text(encoding="utf-8")
+    text = read_text(path)
     lines = text.split("\n")
     out: list[Trajectory] = []
     last = max((i for i, line in enumerate(lines) if line.strip()), default=-1)

@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
                 summaries.append(started_run(r))
             else:
                 summaries.append(load_run(r))
-    except (FileNotFoundError, json.JSONDecodeError) as e:
+    except FileNotFoundError as e:  # not a run folder (a damaged file of one is a user error naming it: read_json)
         print(f"error: {e}", file=sys.stderr)
         return 2
     if args.arm or args.upto is not None or replicated(summaries):  # seeds of one setting: arms (their other runs must be seeds of one setting too)

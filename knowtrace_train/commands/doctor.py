@@ -38,7 +38,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from knowtrace_train.errors import installed_version
+from knowtrace_train.errors import installed_version, user_errors
+from knowtrace_train.io import read_json
 
 #: the checkout this package sits in (its tests/, scripts/ and recipes/; absent from an installed package)
 REPO = Path(__file__).resolve().parents[2]
@@ -164,7 +165,7 @@ def check_selftrain(state: dict, size: str, out: Path) -> dict:
     r = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, check=False)
     if r.returncode:
         raise RuntimeError(f"selftrain exit {r.returncode}:\n{(r.stdout + r.stderr)[-3000:]}")
-    summary = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
+    summary = read_json((run_dir / "summary.json"))
     it = summary["iterations"][-1] if summary.get("iterations") else {}
     seconds = summary.get("seconds", {})
     stages = {k: round(v / 60, 2) for k, v in seconds.items() if isinstance(v, (int, float))}
@@ -212,6 +213,7 @@ def run_check(name: str, fn: Callable[[], dict]) -> dict:
     return res
 
 
+@user_errors
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--size", choices=sorted(SIZES), default=None,

@@ -25,12 +25,11 @@ import sys
 from collections import Counter
 from typing import Callable, Iterable, Sequence
 
-from ..errors import UserError, report_user_error
-from ..io import DataFileError
+from ..errors import DEBUG_FLAG, debug_requested, guarded
 from .corpus import add_build_corpus_command
 from .fetch import add_fetch_commands
 from .loaders import FORMATS, load_items_report
-from .schema import QAItem, SchemaError
+from .schema import QAItem
 
 
 def item_counts(items: Iterable[QAItem]) -> dict:
@@ -92,18 +91,10 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
     """The command line (`prog`: the name `--help` shows, `knowtrace-train data` from the console script)."""
-    args = build_parser(prog).parse_args(argv)
+    given = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser(prog).parse_args([a for a in given if a != DEBUG_FLAG])
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    try:
-        return args.func(args)
-    except UserError as e:
-        if args.command in ("fetch", "list"):  # one line, exit 2, as every command's user errors
-            return report_user_error(e)
-        print(f"error: {e}", file=sys.stderr)
-        return 1
-    except (DataFileError, SchemaError, OSError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
+    return guarded(lambda: args.func(args), debug_requested(given))  # a user's error: one line, exit 2
 
 
 if __name__ == "__main__":

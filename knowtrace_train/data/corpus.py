@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Iterable, Literal
 
 from knowtrace_train.data.schema import Passage, QAItem, passage_id
-from knowtrace_train.io import DataFileError, iter_jsonl, write_jsonl
+from knowtrace_train.io import DataFileError, iter_jsonl, read_text, write_jsonl
 
 log = logging.getLogger(__name__)
 
@@ -190,7 +190,7 @@ def read_triples(path: str | Path) -> list[tuple[str, str, str]]:
     path = Path(path)
     out: list[tuple[str, str, str]] = []
     tsv = path.suffix == ".tsv"
-    for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+    for lineno, line in enumerate(read_text(path).splitlines(), 1):
         if not line.strip():
             continue
         if tsv:

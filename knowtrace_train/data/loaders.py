@@ -68,7 +68,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 from tqdm.auto import tqdm
 
-from ..io import DataFileError, iter_json_array, iter_jsonl
+from ..io import DataFileError, iter_json_array, iter_jsonl, read_text
 from .formats import parquet_records
 from .registry import parse_ref, split_files
 from .schema import GoldEvidence, Passage, QAItem, SchemaError, SubQuestion, passage_id
@@ -162,11 +162,13 @@ def iter_items(
     path = Path(path)
     if format is not None and format not in FORMATS:
         raise DataFileError(f"{path}: unknown format {format!r} (known: {', '.join(FORMATS)})")
+    if path.is_dir():
+        raise DataFileError(f"{path}: a folder, not a data file: name a JSON Lines, JSON or parquet file")
     if not path.is_file():
         where = "" if path.is_absolute() else f" (relative to the working directory {Path.cwd()}: run from the repository root or give an absolute path)"
         raise DataFileError(f"{path}: no such data file{where}")
     if limit is not None and limit < 0:
-        raise ValueError(f"limit must be >= 0, got {limit}")
+        raise DataFileError(f"{path}: the limit must be >= 0, got {limit}")
     fmt = format or ""
     skipped_before = len(report.skipped)
     on_error = (lambda where, reason: report.skipped.append((where, reason))) if skip_bad else None
@@ -192,10 +194,15 @@ def iter_items(
                     item = dataclasses.replace(item, answers=_unique(item.answers + extra))
             if item.id in seen_ids:
                 raise _RowError(f"duplicate id {item.id!r} (first at {seen_ids[item.id]})")
-        except (_RowError, SchemaError) as e:
+        except (_RowError, SchemaError, TypeError, ValueError, KeyError, AttributeError, IndexError) as e:
+            # a field of the wrong type that a format's converter met (a string where a list was meant): the record's
+            # error too, as are those the schema names
+            if isinstance(e, DataFileError):  # another file's error (2Wiki's aliases) names that file
+                raise
+            reason = str(e) if isinstance(e, (_RowError, SchemaError)) else f"a field of the wrong type or shape ({type(e).__name__}: {e})"
             if not skip_bad:
-                raise DataFileError(f"{where}: {e}") from e
-            report.skipped.append((where, str(e)))
+                raise DataFileError(f"{where}: {reason}") from e
+            report.skipped.append((where, reason))
             continue
         seen_ids[item.id] = where
         kept += 1
@@ -265,8 +272,8 @@ def _records(path: Path, on_error: Callable[[str, str], None] | None) -> Iterato
     if path.suffix == ".parquet":
         yield from parquet_records(path)
         return
-    with path.open(encoding="utf-8") as f:
-        head = f.read(4096).lstrip()
+    with path.open("rb") as f:
+        head = f.read(4096).decode("utf-8", errors="replace").lstrip("\ufeff \t\r\n")
     if head.startswith("["):
         yield from _array_records(path)
         return
@@ -277,8 +284,8 @@ def _records(path: Path, on_error: Callable[[str, str], None] | None) -> Iterato
     except DataFileError as e:
         # a pretty-printed single object reads as broken JSON Lines: say what it is instead
         try:
-            whole = json.loads(path.read_text(encoding="utf-8"))
-        except (json.JSONDecodeError, UnicodeDecodeError):
+            whole = json.loads(read_text(path))
+        except (json.JSONDecodeError, DataFileError):
             raise e from None
         if isinstance(whole, dict):
             raise DataFileError(f"{path}: one JSON object; expected a JSON array of items or JSON Lines") from None
@@ -287,8 +294,12 @@ def _records(path: Path, on_error: Callable[[str, str], None] | None) -> Iterato
 
 def _array_records(path: Path) -> Iterator[tuple[str, int, Any]]:
     """A JSON array's items one at a time (`iter_json_array`: 2Wiki's 708 MB train file is never held whole)."""
-    for i, _line, row in iter_json_array(path):
-        yield f"{path}: item {i}", i, row
+    try:
+        for i, _line, row in iter_json_array(path):
+            yield f"{path}: item {i}", i, row
+    except UnicodeDecodeError as e:
+        raise DataFileError(f"{path}: not UTF-8 text (byte 0x{e.object[e.start:e.start + 1].hex()}): save it as "
+                            "UTF-8, or name the right file") from e
 
 
 def _format_of(path: Path, row: Any) -> str:

@@ -127,6 +127,12 @@ class QAItem:
             if isinstance(e, SchemaError):
                 raise
             raise SchemaError(f"{where}: field 'evidence' is malformed ({e!r})") from e
+        hops = d.get("hops")
+        if hops is not None and (isinstance(hops, bool) or not isinstance(hops, int)):
+            if isinstance(hops, str) and hops.strip().isdigit():
+                hops = int(hops)
+            else:
+                raise SchemaError(f"{where}: field 'hops' must be a whole number or null, got {hops!r}")
         try:
             return cls(
                 id=str(d["id"]),
@@ -135,7 +141,7 @@ class QAItem:
                 dataset=str(d.get("dataset", "unknown")),
                 split=str(d.get("split", "unknown")),
                 type=d.get("type"),
-                hops=None if d.get("hops") is None else int(d["hops"]),
+                hops=hops,
                 context=context,
                 evidence=evidence,
             )

@@ -9,13 +9,13 @@ note where it would have been shown.
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 from pathlib import Path
 from typing import Any, Iterator
 
 from knowtrace_train.report import em_cell, interval_bounds, p_text
+from knowtrace_train.io import read_json
 from knowtrace_train.report_html.lookups import Lookups
 from knowtrace_train.report_html.questions import question_entry
 from knowtrace_train.trajectory import TRAJECTORY_LINE_ERRORS, Trajectory, trajectory_from_line
@@ -58,7 +58,7 @@ def _read_json(path: Path, notes: list[str]) -> dict[str, Any] | None:
     if not path.is_file():
         return None
     try:
-        obj = json.loads(path.read_text(encoding="utf-8"))
+        obj = read_json(path)
         if not isinstance(obj, dict):
             raise ValueError("not a JSON object")
         return obj

@@ -10,6 +10,8 @@ import socket
 import time
 from pathlib import Path
 
+from knowtrace_train.errors import env_number
+
 log = logging.getLogger(__name__)
 
 #: how often (seconds) a run waiting for an entry that another run computes says so
@@ -40,7 +42,7 @@ class EntryLock:
 
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        every = float(os.environ.get(WAIT_LOG_ENV) or 60)
+        every = env_number(WAIT_LOG_ENV, 60.0)
         t0 = last = time.monotonic()
         said = False
         try:

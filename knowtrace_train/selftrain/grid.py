@@ -12,7 +12,6 @@ dev questions). The test evaluation runs in the main process only (evaluate is s
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from pathlib import Path
@@ -22,7 +21,7 @@ import yaml
 
 from knowtrace_train.config import config_to_dict
 from knowtrace_train.errors import RunError
-from knowtrace_train.io import atomic_write_text, write_json, write_jsonl
+from knowtrace_train.io import atomic_write_text, read_json, write_json, write_jsonl
 from knowtrace_train.selftrain.config import SelfTrainConfig
 
 log = logging.getLogger(__name__)
@@ -79,7 +78,7 @@ def evaluate_on_test(config: SelfTrainConfig, run_dir: Path, out_dir: Path, *, p
     from knowtrace_train.evaluate import evaluate, load_eval_config
     from knowtrace_train.selftrain.models import run_model
 
-    used = json.loads((run_dir / "questions.json").read_text(encoding="utf-8"))
+    used = read_json((run_dir / "questions.json"))
     items, everything, used_by_run = select_test_items(config, {i for ids in used.values() for i in ids})
     if not items:
         raise RunError(f"data.test {config.data.test}: every question was used by the run; no test question left")

@@ -53,7 +53,7 @@ from knowtrace_train import tracking
 from knowtrace_train.data.schema import Passage, QAItem
 from knowtrace_train.errors import RunError
 from knowtrace_train.evaluate import EvalConfig, evidence_check, load_corpus, summarize
-from knowtrace_train.io import write_json, write_jsonl
+from knowtrace_train.io import read_json, write_json, write_jsonl
 from knowtrace_train.methods import Method, StrategyConfig, get_method
 from knowtrace_train.pairing import compare_evals
 from knowtrace_train.progress import library_bars_off
@@ -267,9 +267,7 @@ class SelfTrain(Bootstrap, Calibration, Reuse, AdapterTraining, Evaluations):
         qfile = self.run_dir / "questions.json"
         ids = self.questions.ids()
         if qfile.is_file():
-            import json
-
-            if json.loads(qfile.read_text(encoding="utf-8")) != ids:
+            if read_json(qfile) != ids:
                 raise RunError(f"{qfile}: the data files now give other questions than this run used; "
                                  "restore them or start a new run folder")
         elif self.procs.is_main:

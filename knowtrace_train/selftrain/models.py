@@ -4,13 +4,12 @@ settings it runs with, and the model of any iteration of a finished run folder (
 from __future__ import annotations
 
 import dataclasses
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
 from knowtrace_train.errors import RunError
-from knowtrace_train.io import iter_jsonl
+from knowtrace_train.io import iter_jsonl, read_json
 from knowtrace_train.methods import StrategyConfig, get_method
 from knowtrace_train.selftrain.config import SelfTrainConfig, read_run_config
 
@@ -40,7 +39,7 @@ def read_thresholds(folder: Path) -> dict[str, float] | None:
     path = Path(folder) / CALIBRATION_FILE
     if not path.is_file():
         return None
-    return thresholds_of(json.loads(path.read_text(encoding="utf-8")).get("decisions"))
+    return thresholds_of(read_json(path).get("decisions"))
 
 
 def read_records(path: Path) -> list[dict[str, Any]]:
@@ -122,7 +121,7 @@ def run_model(run_dir: str | Path, iteration: str | int) -> RunModel:
         metrics = run_dir / f"iter_{k}" / "metrics.json"
         if not metrics.is_file():
             raise RunError(f"{metrics}: iteration {k} of {run_dir} has not finished")
-        m = json.loads(metrics.read_text(encoding="utf-8"))
+        m = read_json(metrics)
         adapters = {a: str(_in_run(run_dir, p)) for a, p in (m.get("adapters") or {}).items()}
         if m.get("status") == "empty" or not adapters:
             state = dataclasses.replace(state, name=f"M{k}")
@@ -149,7 +148,7 @@ def recorded_m0_path(run_dir: Path) -> Path | None:
     m0_file = run_dir / "m0.json"
     if not m0_file.is_file():
         return None
-    m0 = json.loads(m0_file.read_text(encoding="utf-8"))
+    m0 = read_json(m0_file)
     return _in_run(run_dir, m0["path"]) if m0.get("bootstrapped") and m0.get("path") else None
 
 

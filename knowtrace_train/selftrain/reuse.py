@@ -48,7 +48,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from knowtrace_train.config import config_to_dict
 from knowtrace_train.errors import installed_version
-from knowtrace_train.io import atomic_dir, cache_home, disk_space, file_sha256, model_identity, write_json
+from knowtrace_train.io import atomic_dir, cache_home, disk_space, file_sha256, model_identity, read_json, write_json
 from knowtrace_train.selftrain.entry_lock import EntryLock
 from knowtrace_train.stages import LEFTOVER
 
@@ -120,7 +120,7 @@ class Entry:
         if not kf.is_file():
             return f"it has no {KEY_FILE} (an unfinished or foreign folder)"
         try:
-            saved = json.loads(kf.read_text(encoding="utf-8"))
+            saved = read_json(kf)
         except (OSError, ValueError) as e:
             return f"its {KEY_FILE} cannot be read ({e})"
         if not isinstance(saved, dict):
@@ -154,7 +154,7 @@ class Entry:
 
     def info(self) -> dict[str, Any]:
         """The figures the stage recorded when it was computed."""
-        return dict(json.loads((self.path / KEY_FILE).read_text(encoding="utf-8")).get("info") or {})
+        return dict(read_json((self.path / KEY_FILE)).get("info") or {})
 
 
 class ReuseCache:

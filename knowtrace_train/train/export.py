@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from knowtrace_train.errors import UserError
-from knowtrace_train.io import atomic_dir, iter_jsonl, write_json
+from knowtrace_train.io import atomic_dir, iter_jsonl, read_json, write_json
 from knowtrace_train.train.lora import TRAINING_INFO, read_training_info, render_prompt_ids
 from knowtrace_train.train.merge import merge_adapters_into_base
 
@@ -106,7 +106,7 @@ def find_m0(run_dir: Path, adapter_dir: Path) -> Path:
     trained_on = read_training_info(adapter_dir).get("base_model")
     if m0_file.is_file():
         try:
-            data = json.loads(m0_file.read_text(encoding="utf-8"))
+            data = read_json(m0_file)
         except json.JSONDecodeError as e:
             raise ExportError(f"{m0_file}: not valid JSON ({e.msg})") from e
         if not isinstance(data, dict) or not isinstance(data.get("path"), str):

@@ -10,7 +10,6 @@ nccl on GPUs); only the main process writes the adapter.
 
 from __future__ import annotations
 
-import json
 import logging
 import tempfile
 import time
@@ -21,7 +20,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from knowtrace_train.decisions import decision_of, decision_weights
 from knowtrace_train.errors import LaunchError, RunError, UserError, import_extra
 from knowtrace_train.generation.prepare import PROMPT_FORMATS
-from knowtrace_train.io import atomic_dir, iter_jsonl, write_json
+from knowtrace_train.io import atomic_dir, iter_jsonl, read_json, write_json
 from knowtrace_train.train.config import LoraTrainConfig, as_trained, common_args, launched_processes, per_device_batch_for
 from knowtrace_train.train.mode import TrainingMode, trained_info
 from knowtrace_train.train.precision import frozen_in_bf16, resolve_precision, training_device
@@ -548,7 +547,7 @@ def read_training_info(adapter_dir: str | Path) -> dict[str, Any]:
     path = Path(adapter_dir) / TRAINING_INFO
     if not path.is_file():
         return {}
-    return json.loads(path.read_text(encoding="utf-8"))
+    return read_json(path)
 
 
 class SFTMode(TrainingMode):

@@ -26,7 +26,6 @@ held its cores, not a process's CPU time.
 from __future__ import annotations
 
 import dataclasses
-import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,6 +34,7 @@ from typing import Any, Sequence
 from knowtrace_train.compare import _selected, markdown_table, mechanism
 from knowtrace_train.config import load_config, read_yaml
 from knowtrace_train.errors import UserError
+from knowtrace_train.io import read_json
 from knowtrace_train.methods import METHODS
 from knowtrace_train.methods.base import MechanismStat
 from knowtrace_train.metrics import Interval, bootstrap_interval, em_by_kind, question_kind
@@ -182,14 +182,14 @@ def _read_run(label: str, folder: Path, need_m0: bool, where: str | None = None)
     strategy = read_run_config(cfg_path).strategy
     qfile = folder / "questions.json"
     try:
-        dev = [str(i) for i in json.loads(qfile.read_text(encoding="utf-8"))["dev"]]
+        dev = [str(i) for i in read_json(qfile)["dev"]]
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise FairTableError(f"{where}: {qfile}: no list of dev question ids under \"dev\" ({e})") from None
     boot = None
     if need_m0:
         m0 = folder / "m0.json"
         try:
-            boot = bool(json.loads(m0.read_text(encoding="utf-8"))["bootstrapped"])
+            boot = bool(read_json(m0)["bootstrapped"])
         except (OSError, ValueError, KeyError, TypeError) as e:
             raise FairTableError(f"{where}: stage m0: {m0}: no \"bootstrapped\" field (M0 not built yet?) "
                                  f"({e})") from None
