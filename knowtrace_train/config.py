@@ -63,6 +63,10 @@ class _Raw(str):
     """A value as typed on the command line (kept as text for `str` fields)."""
 
 
+class _Flag(_Raw):
+    """`--key` with no value: true for a bool field; any other field says it needs a value."""
+
+
 def parse_overrides(args: Sequence[str], aliases: Mapping[str, str] | None = None) -> dict[str, _Raw]:
     """`["--a.b", "1", "--c=x", "--flag"]` -> {"a.b": "1", "c": "x", "flag": "true"}."""
     out: dict[str, _Raw] = {}
@@ -81,11 +85,11 @@ def parse_overrides(args: Sequence[str], aliases: Mapping[str, str] | None = Non
             value = args[i + 1]
             i += 2
         else:
-            value = "true"
+            value = None
             i += 1
         key = key.replace("-", "_") if "." not in key else ".".join(k.replace("-", "_") for k in key.split("."))
         key = aliases.get(key, key)
-        out[key] = _Raw(value)
+        out[key] = _Flag("true") if value is None else _Raw(value)
     return out
 
 
@@ -132,6 +136,8 @@ def _convert(value: Any, tp: Any, key: str, src: _Sources, base: Any = None) -> 
     where = f"{src.of(key)}: {key}"
     origin = typing.get_origin(tp)
     args = typing.get_args(tp)
+    if isinstance(value, _Flag) and tp is not bool and bool not in args and tp is not Any:
+        raise ConfigError(f"{src.of(key)}: --{key} needs a value (--{key} VALUE)")
 
     if tp is Any or tp is object:
         return yaml.safe_load(value) if isinstance(value, _Raw) else value

@@ -96,7 +96,7 @@ def test_round_trip_through_yaml(tmp_path):
         ("inner: {k: 3}\n", [], r"c\.yaml: missing required key 'path'"),
         ("path: p\nlimit: -1\n", [], r"c\.yaml: .*limit must be >= 0"),
         ("- a\n- b\n", [], r"c\.yaml: expected a mapping at the top level"),
-        ("path: [unclosed\n", [], r"c\.yaml: not valid YAML"),
+        ("path: [unclosed\n", [], r"c\.yaml:2:1: not valid YAML"),
     ],
 )
 def test_errors_name_key_and_source(tmp_path, text, args, match):

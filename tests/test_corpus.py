@@ -122,7 +122,7 @@ def test_cli_builds_a_corpus_from_item_files(tmp_path, capsys):
     corpus = read_corpus(out)
     assert corpus == build_corpus(load_items(fixture))
     assert f"wrote {len(corpus)} passages" in capsys.readouterr().out
-    assert main(["build", str(tmp_path / "missing.json"), "--out", str(out)]) == 1
+    assert main(["build", str(tmp_path / "missing.json"), "--out", str(out)]) == 2  # one line, exit 2 (issue 79)
 
 
 def test_the_corpus_of_real_items_holds_every_gold_passage(shared_data):

@@ -399,10 +399,10 @@ def test_cli_stats_several_files_format_and_skip_bad(capsys):
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["by_dataset"] == {"2wikimultihopqa": 2}
 
 
-def test_cli_stats_bad_file_exits_1_with_located_error(capsys):
+def test_cli_stats_bad_file_exits_2_with_located_error(capsys):
     from knowtrace_train.data.__main__ import main
 
-    assert main(["stats", str(FIX / "malformed.jsonl")]) == 1
+    assert main(["stats", str(FIX / "malformed.jsonl")]) == 2  # a user error: one line, exit 2 (issue 79)
     assert "malformed.jsonl:2: not valid JSON" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["stats", str(FIX / "mintqa.json"), "--format", "nope"])

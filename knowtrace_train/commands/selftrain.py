@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -56,8 +57,17 @@ def load(config_path: str | None, overrides: list[str]) -> SelfTrainConfig:
     try:
         config.validate()
     except ValueError as e:
-        raise ConfigError(f"{config_path or 'defaults'}: {e}") from e
+        raise ConfigError(f"{blamed(config_path, overrides, str(e))}: {e}") from e
     return config
+
+
+def blamed(config_path: str | None, overrides: list[str], message: str) -> str:
+    """Where a value that `message` names came from: the command line where one of its keys is named there,
+    else the config file, else the defaults."""
+    named = [k for k in parse_overrides(overrides) if re.search(rf"(?<![\w.]){re.escape(k)}(?![\w])", message)]
+    if named:
+        return f"command line (--{named[0]})"
+    return config_path or "defaults"
 
 
 def grid_points(grid: dict[str, list]) -> list[dict[str, object]]:

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Iterable, Literal
 
 from knowtrace_train.data.schema import Passage, QAItem, passage_id
+from knowtrace_train.errors import DEBUG_FLAG, debug_requested, guarded
 from knowtrace_train.io import DataFileError, iter_jsonl, read_text, write_jsonl
 
 log = logging.getLogger(__name__)
@@ -301,12 +302,9 @@ def add_build_corpus_command(subparsers, name: str = "build-corpus") -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m knowtrace_train.data.corpus", description=__doc__.split("\n")[0])
     add_build_corpus_command(ap.add_subparsers(dest="command", required=True, metavar="COMMAND"), name="build")
-    args = ap.parse_args(argv)
-    try:
-        return args.func(args)
-    except (DataFileError, OSError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
+    given = list(sys.argv[1:] if argv is None else argv)
+    args = ap.parse_args([a for a in given if a != DEBUG_FLAG])
+    return guarded(lambda: args.func(args), debug_requested(given))  # a user's error: one line, exit 2
 
 
 if __name__ == "__main__":

@@ -71,6 +71,52 @@ def is_model_folder(path: Path) -> bool:
     )
 
 
+def check_gguf(path: Path) -> None:
+    """A GGUF file starts with the bytes b"GGUF": anything else (a text file named .gguf, a cut download) is refused
+    in one line before any conversion starts."""
+    with path.open("rb") as f:
+        magic = f.read(4)
+    if magic != b"GGUF":
+        raise GenerationError(f"{path}: not a GGUF file (it starts with {magic!r}, not b'GGUF'): download it again "
+                              "or name the right file")
+
+
+def check_model_files(path: Path) -> None:
+    """A model folder's files parse: config.json is a JSON object, each *.safetensors file's header parses and the
+    file holds every byte the header names (a download cut short, random bytes). Raises `GenerationError` naming the
+    file and what to do; the weights themselves are not read."""
+    import json
+    import struct
+
+    config = path / "config.json"
+    try:
+        obj = json.loads(config.read_bytes().decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise GenerationError(f"{config}: not valid JSON ({e}): restore the model folder (download or export it "
+                              "again)") from e
+    if not isinstance(obj, dict):
+        raise GenerationError(f"{config}: expected a JSON object, got {type(obj).__name__}: restore the model folder")
+    for st in sorted(path.glob("*.safetensors")):
+        size = st.stat().st_size
+        with st.open("rb") as f:
+            head = f.read(8)
+            n = struct.unpack("<Q", head)[0] if len(head) == 8 else -1
+            problem = None
+            if n < 2 or 8 + n > size:
+                problem = f"its header names {n} bytes and the file has {size}"
+            else:
+                try:
+                    header = json.loads(f.read(n).decode("utf-8"))
+                    ends = [v["data_offsets"][1] for k, v in header.items() if k != "__metadata__"]
+                    if ends and 8 + n + max(ends) > size:
+                        problem = f"its tensors end at byte {8 + n + max(ends)} and the file has {size}: cut short"
+                except (UnicodeDecodeError, json.JSONDecodeError, AttributeError, KeyError, IndexError, TypeError) as e:
+                    problem = f"its header does not parse ({type(e).__name__})"
+        if problem:
+            raise GenerationError(f"{st}: not a whole safetensors file ({problem}): restore the model folder "
+                                  "(download or export it again)")
+
+
 def resolve_model(name_or_path: str | os.PathLike, cache_dir: str | os.PathLike | None = None,
                   tokenizer_dir: str | os.PathLike | None = None) -> Path:
     """Resolve `name_or_path` to a plain safetensors model folder with its tokenizer.
@@ -88,12 +134,15 @@ def resolve_model(name_or_path: str | os.PathLike, cache_dir: str | os.PathLike 
         return convert_gguf(package_gguf(ALIASES[name]), cache_dir)
     path = Path(name).expanduser()
     if path.is_file() and path.suffix == ".gguf":
+        check_gguf(path)
         return convert_gguf(path, cache_dir)
     if path.is_dir():
         if is_model_folder(path):
+            check_model_files(path)
             return path
         ggufs = sorted(path.glob("*.gguf"))
         if len(ggufs) == 1 and not (path / "config.json").exists():
+            check_gguf(ggufs[0])
             return convert_gguf(ggufs[0], cache_dir)
         raise GenerationError(
             f"model folder {path} holds no loadable model (needs config.json, *.safetensors "

@@ -77,6 +77,9 @@ class DataConfig:
     test_questions: int | None = field(
         default=None, metadata={"help": "test questions: the first ones of `test` that the run did not use (None: all)"}
     )
+    allow_overlap: bool = field(
+        default=False, metadata={"help": "evaluate on dev questions that are also train questions of the run (refused otherwise)"}
+    )
 
     def __post_init__(self) -> None:
         from knowtrace_train.data.bundled import bundled_path

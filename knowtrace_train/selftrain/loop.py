@@ -63,6 +63,7 @@ from knowtrace_train.selftrain.bootstrap import Bootstrap
 from knowtrace_train.selftrain.calibration import Calibration
 from knowtrace_train.selftrain.config import SelfTrainConfig, evaluates
 from knowtrace_train.selftrain.folder import check_same_config, run_config_text
+from knowtrace_train.selftrain.preflight import check_inputs, preflight
 from knowtrace_train.selftrain.training import AdapterTraining
 from knowtrace_train.selftrain.models import (
     ModelState, generator_config, read_records, rollout_strategy_config, run_relative, strategy_config)
@@ -117,6 +118,9 @@ def select_questions(config: SelfTrainConfig, bootstrap: bool) -> Questions:
                     "bootstrap's", len(calibration), n_cal, d.train)
     dev_order = list(dev)
     random.Random(d.seed + 1).shuffle(dev_order)
+    if d.dev_questions is not None and d.dev_questions > len(dev_order):
+        raise RunError(f"data.dev_questions is {d.dev_questions} but {d.dev} holds {len(dev_order)} questions: ask "
+                       "for at most that many (or null: all)")
     dev_sel = dev_order if d.dev_questions is None else dev_order[: d.dev_questions]
     if not dev_sel:
         raise RunError(f"{d.dev}: no dev question to evaluate on (data.dev_questions is {d.dev_questions})")
@@ -254,16 +258,21 @@ class SelfTrain(Bootstrap, Calibration, Reuse, AdapterTraining, Evaluations):
     def _prepare_folder(self) -> None:
         cfg = self.config
         saved = self.run_dir / "config.yaml"
-        if saved.is_file():
+        resumed = saved.is_file()
+        if resumed:
             check_same_config(cfg, saved, self.procs.world)
+        # the preflight (preflight.py), before config.yaml is written: a failed start leaves none behind
+        self.questions = select_questions(cfg, bootstrap=cfg.bootstrap.mode != "never")
+        preflight(self)
+        if resumed:
             if self.procs.is_main:  # a killed run's half-written temporary files (none of this run's yet)
                 remove_leftovers(self.run_dir)
         elif self.procs.is_main:
             from knowtrace_train.io import atomic_write_text
 
             atomic_write_text(saved, run_config_text(cfg, self.procs.world))
+        check_inputs(self.run_dir, cfg, self.procs.is_main)
         self.procs.barrier()
-        self.questions = select_questions(cfg, bootstrap=cfg.bootstrap.mode != "never")
         qfile = self.run_dir / "questions.json"
         ids = self.questions.ids()
         if qfile.is_file():
