@@ -19,6 +19,29 @@ from pathlib import Path
 
 from knowtrace_train.errors import UserError, user_errors
 from knowtrace_train.report_html import write_report
+from knowtrace_train.trajectory import TRAJECTORY_LINE_ERRORS, trajectory_from_line
+
+
+def unreportable(path: Path) -> str | None:
+    """Why `path` holds nothing a report shows (None where it does, or where it does not exist: a run not started
+    yet beside others is a note on the page)."""
+    if path.is_dir():
+        if (path / "config.yaml").is_file() or any(path.glob("*.jsonl")) or any(path.glob("*/config.yaml")):
+            return None
+        return "a folder with no run (config.yaml) and no trajectory file (*.jsonl)"
+    if not path.is_file():
+        return None
+    if path.suffix != ".jsonl":
+        return "not a trajectory file (a .jsonl file)"
+    with path.open("rb") as f:
+        first = next((line for line in f if line.strip()), None)
+    if first is None:
+        return "an empty trajectory file"
+    try:
+        trajectory_from_line(first.decode("utf-8"))
+    except (UnicodeDecodeError, *TRAJECTORY_LINE_ERRORS) as e:
+        return f"its first line is not a trajectory ({type(e).__name__})"
+    return None
 
 
 @user_errors
@@ -32,6 +55,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not any(Path(p).exists() for p in args.paths):  # a typo; a run not started yet beside others is a note on the page
         raise UserError(f"no such run folder or trajectory file: {', '.join(args.paths)}")
+    for p in args.paths:  # a report of nothing is an error, not an empty page
+        why = unreportable(Path(p))
+        if why:
+            raise UserError(f"{p}: {why}: name a run folder of recipes/selftrain.py, a trajectory JSONL file or a "
+                            "folder of them")
+    if Path(args.out).is_dir():
+        raise UserError(f"--out {args.out} is a folder: name the HTML file to write (e.g. {Path(args.out) / 'report.html'})")
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     figures = write_report(args.paths, args.out, data_files=args.data, corpus=args.corpus, title=args.title)
     print(f"wrote {figures['report']} ({figures['bytes'] / 1e6:.1f} MB): {figures['runs']} run(s)/file(s), "

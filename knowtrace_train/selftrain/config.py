@@ -300,6 +300,9 @@ class SelfTrainConfig:
         "asked (wandb runs offline without WANDB_MODE or WANDB_API_KEY)")})
     run_name: str | None = field(default=None, metadata={"help": (
         "the trackers' name of this run (null: the run folder's name)")})
+    reuse_wait_minutes: float | None = field(default=600.0, metadata={"help": (
+        "the longest wait for a reuse-cache entry that another run computes (its lock), then the run stops in one "
+        "line naming the holder; null: no bound")})
     resume_anyway: bool = field(default=False, metadata={"help": (
         "resume a run folder made by another knowtrace-train version (refused otherwise, naming both; another "
         "commit of the same version is only warned about)")})

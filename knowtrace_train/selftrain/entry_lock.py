@@ -10,7 +10,8 @@ import socket
 import time
 from pathlib import Path
 
-from knowtrace_train.errors import env_number
+from knowtrace_train.errors import RunError, env_number
+from knowtrace_train.selftrain.preflight import pid_stopped
 
 log = logging.getLogger(__name__)
 
@@ -36,8 +37,17 @@ class EntryLock:
         except (OSError, ValueError, KeyError, TypeError):
             return "a run that has not said who it is yet"
 
-    def acquire(self, label: str, made_by: str | Path, poll: float = 0.2) -> float:
-        """Take the lock, waiting while another process holds it; the seconds waited."""
+    def holder_stopped(self) -> bool:
+        """Whether the holder the lock file names is a process on this machine that is stopped (Ctrl-Z)."""
+        try:
+            who = json.loads(self.path.read_text(encoding="utf-8"))
+            return who["host"] == socket.gethostname() and pid_stopped(int(who["pid"]))
+        except (OSError, ValueError, KeyError, TypeError):
+            return False
+
+    def acquire(self, label: str, made_by: str | Path, poll: float = 0.2, limit: float | None = None) -> float:
+        """Take the lock, waiting while another process holds it (at most `limit` seconds, then a `RunError`
+        naming the holder); the seconds waited."""
         import fcntl
 
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -52,9 +62,17 @@ class EntryLock:
                     break
                 except BlockingIOError:
                     now = time.monotonic()
+                    if limit is not None and now - t0 >= limit:
+                        stopped = " and is STOPPED (Ctrl-Z: resume it with fg, or end it)" if self.holder_stopped() else ""
+                        raise RunError(f"{label}: gave up after {now - t0:.0f} s waiting for {self.holder()}, which "
+                                       f"holds {self.path}{stopped}; rerun once it is done (reuse_wait_minutes bounds "
+                                       "the wait; --reuse false computes it here)")
                     if not said or now - last >= every:
-                        log.info("%s: %s is computing it; waiting for it (%.0f s so far, lock %s)",
-                                 label, self.holder(), now - t0, self.path)
+                        stopped = self.holder_stopped()
+                        (log.warning if stopped else log.info)(
+                            "%s: %s is computing it; waiting for it (%.0f s so far, lock %s)%s", label, self.holder(),
+                            now - t0, self.path,
+                            "; that process is STOPPED (Ctrl-Z): resume it with fg, or end it" if stopped else "")
                         said, last = True, now
                     time.sleep(poll)
             me = {"run": str(made_by), "pid": os.getpid(), "host": socket.gethostname(),

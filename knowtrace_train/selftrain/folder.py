@@ -23,7 +23,7 @@ from knowtrace_train.train.config import gradient_accumulation_for, per_device_b
 
 #: Config keys a rerun may change without invalidating the run folder.
 RESUMABLE_CHANGES = ("name", "output_dir", "iterations", "eval_every", "threads", "generator.progress", "retriever.show_progress",
-                     "resume_anyway", "data.allow_overlap",
+                     "resume_anyway", "data.allow_overlap", "reuse_wait_minutes",
                      "data.test", "data.test_questions",  # the test split is read after the run, never by it
                      "reuse", "eval_beside", "eval_beside_fixed",
                      "report_to", "run_name")  # what the run reports to changes none of its outputs

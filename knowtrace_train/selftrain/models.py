@@ -115,6 +115,9 @@ def run_model(run_dir: str | Path, iteration: str | int) -> RunModel:
         raise RunError(f"iteration must be base, last or an integer >= 0, got {iteration!r}") from None
     if z < 0:
         raise RunError(f"iteration must be base, last or an integer >= 0, got {z}")
+    if z > config.iterations:
+        raise RunError(f"{run_dir}: the run has {config.iterations} iteration(s) (config.yaml), so iteration {z} does "
+                       f"not exist: pass --iteration 0..{config.iterations}, base or last")
     m0 = _m0_state(run_dir, config, base)
     state = m0
     for k in range(1, z + 1):

@@ -160,7 +160,9 @@ class Entry:
 class ReuseCache:
     """Stage outputs by content key under `root` (<cache home>/runs)."""
 
-    def __init__(self, root: str | Path | None = None) -> None:
+    def __init__(self, root: str | Path | None = None, wait_minutes: float | None = None) -> None:
+        #: the longest wait for another run's lock before giving up (None: no bound)
+        self.wait_minutes = wait_minutes
         self.root = Path(root) if root is not None else cache_home() / CACHE_FOLDER
         self._held: dict[Path, list] = {}  # entry folder -> [its lock, how many claims of this process]
         self._held_lock = threading.Lock()  # the evaluation beside the rollouts claims from another thread
@@ -177,7 +179,7 @@ class ReuseCache:
                 held[1] += 1
                 return
         lock = EntryLock(self.lock_path(entry))
-        lock.acquire(label, made_by)
+        lock.acquire(label, made_by, limit=None if self.wait_minutes is None else 60.0 * self.wait_minutes)
         with self._held_lock:
             self._held[entry.path] = [lock, 1]
 
@@ -310,7 +312,7 @@ class Reuse:
         if not self.config.reuse:
             return None
         if self._reuse_cache is None:
-            self._reuse_cache = ReuseCache()
+            self._reuse_cache = ReuseCache(wait_minutes=self.config.reuse_wait_minutes)
         return self._reuse_cache
 
     def corpus_fingerprint(self) -> str:
