@@ -151,20 +151,31 @@ def _settings(d: dict[str, Any]) -> dict[str, Any]:
             for k, sec in d.items()}
 
 
-def _check_cell_settings(ev: EvalConfig, folder: Path) -> None:
-    """cell.json holds what the cell's trajectories were made with (all but the question count and
-    progress bars); a rerun with other settings into the same file would mix two runs: refused."""
+def output_settings(ev: EvalConfig, folder: Path, what: str = "the cell") -> tuple[Path, dict[str, Any]]:
+    """(the settings file of `ev.output`, `ev`'s settings), refused where that file records other settings: a run
+    with other settings into the same trajectory file would mix two runs."""
     mine = _settings({k: config_to_dict(getattr(ev, k)) for k in ("strategy", "generator", "retriever", "corpus", "dataset")})
     path = folder / (Path(ev.output).stem + ".cell.json")  # type: ignore[arg-type]
     if path.exists():
-        had = _settings(read_json(path))
+        had = read_json(path)
+        had = _settings(had) if isinstance(had, dict) else {}
         if had != mine:
             diff = sorted(k for k in mine if had.get(k) != mine[k])
-            raise ConfigError(f"{path}: the cell was run with other {', '.join(diff)} settings; "
-                              "use another output_dir (or delete the cell's files)")
-    else:
-        folder.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(path, json.dumps(mine, indent=1, sort_keys=True) + "\n")
+            raise ConfigError(f"{path}: {what} was run with other {', '.join(diff)} settings; "
+                              "use another output (or delete its files)")
+    return path, mine
+
+
+def record_settings(path: Path, settings: dict[str, Any]) -> None:
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(path, json.dumps(settings, indent=1, sort_keys=True) + "\n")
+
+
+def _check_cell_settings(ev: EvalConfig, folder: Path) -> None:
+    """cell.json holds what the cell's trajectories were made with (all but the question count and
+    progress bars); a rerun with other settings into the same file would mix two runs: refused."""
+    record_settings(*output_settings(ev, folder))
 
 
 def _scores(output: Path, trajs: Sequence[Trajectory], ids: Sequence[str]) -> QuestionScores:

@@ -294,16 +294,18 @@ def yaml_error_line(path: str | Path, e: yaml.YAMLError) -> str:
 def parse_yaml(text: str, path: str | Path) -> Any:
     """YAML text of the file `path` (named in errors) -> its value; a key given twice or a parse error is a
     `ConfigError` naming the file and line."""
-    loader = _UniqueKeyLoader(text)
-    loader.name = str(path)
+    loader = None
     try:
+        loader = _UniqueKeyLoader(text)  # its reader refuses control characters already
+        loader.name = str(path)
         return loader.get_single_data()
     except yaml.YAMLError as e:
         raise ConfigError(yaml_error_line(path, e)) from e
     except RecursionError as e:
         raise ConfigError(f"{path}: not valid YAML (nested too deeply)") from e
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
 
 
 def read_yaml(path: str | Path) -> dict[str, Any]:

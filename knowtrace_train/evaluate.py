@@ -71,6 +71,8 @@ class DatasetConfig:
         from knowtrace_train.data.bundled import bundled_path
 
         self.path = bundled_path(self.path)  # the world's default, from an installed package too
+        if self.limit is not None and self.limit < 0:
+            raise ValueError(f"limit must be >= 0 or null, got {self.limit}")
 
 
 @dataclass

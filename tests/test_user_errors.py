@@ -114,7 +114,7 @@ def test_data_files_changed_under_a_run_is_one_line(tmp_path, tiny_model_dir):
                                                                     "eval_base": False})]
     assert _run(cmd, tmp_path).returncode == 0
     train.write_text("".join(rows[1:] + rows[:1]))  # other questions picked by the same seeded shuffle
-    _assert_one_line(_run(cmd, tmp_path), "run error", "the data files now give other questions", "changed data")
+    _assert_one_line(_run(cmd, tmp_path), "run error", "the content of data.train", "changed data")  # inputs.json (issue 79)
 
 
 def test_the_programs_own_errors_keep_their_traceback(monkeypatch, tmp_path):

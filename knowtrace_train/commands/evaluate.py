@@ -19,8 +19,10 @@ rounds, retrieved_tokens, sec_per_question, questions.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
-from knowtrace_train.config import RecipeArgs, run_recipe
+from knowtrace_train.compare import output_settings, record_settings
+from knowtrace_train.config import ConfigError, RecipeArgs, run_recipe
 from knowtrace_train.evaluate import EvalConfig, evaluate, format_summary, load_eval_config
 
 
@@ -29,7 +31,22 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run(config: EvalConfig, args: RecipeArgs) -> int:
-    summary = evaluate(config, progress=not args.quiet)
+    if not config.output:
+        return _report(evaluate(config, progress=not args.quiet))
+    output = Path(config.output)
+    if output.is_dir():
+        raise ConfigError(f"output {output} is a folder: name the trajectory file to write (e.g. {output / 'eval.jsonl'})")
+    # the settings its trajectories were made with, beside the output: another config's file is refused
+    settings, mine = output_settings(config, output.parent, f"the trajectory file {output}")
+    try:
+        summary = evaluate(config, progress=not args.quiet)
+    finally:
+        if output.is_file():  # recorded once trajectories exist (a failed start leaves nothing)
+            record_settings(settings, mine)
+    return _report(summary)
+
+
+def _report(summary) -> int:
     print(format_summary(summary))
     print(json.dumps(summary.headline()))
     return 0

@@ -240,6 +240,18 @@ def read_corpus(path: str | Path) -> list[Passage]:
     return passages
 
 
+def check_corpus_head(path: str | Path, lines: int = 200) -> None:
+    """The first `lines` passages of a corpus file read as `read_corpus` reads them (a preflight: a binary, Latin-1
+    or foreign file fails in its first second, not when the retriever is built)."""
+    import itertools
+
+    rows = list(itertools.islice(iter_jsonl(path), lines))
+    if not rows:
+        raise CorpusError(f"{path}: the corpus is empty (no passages)")
+    for lineno, obj in rows:
+        _passage_from_row(obj, f"{path}:{lineno}")
+
+
 def _passage_from_row(obj: dict[str, Any], where: str) -> Passage:
     if "id" not in obj or obj["id"] is None:
         raise CorpusError(f"{where}: missing field 'id'")

@@ -94,8 +94,10 @@ def check_model_files(path: Path) -> None:
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise GenerationError(f"{config}: not valid JSON ({e}): restore the model folder (download or export it "
                               "again)") from e
-    if not isinstance(obj, dict):
-        raise GenerationError(f"{config}: expected a JSON object, got {type(obj).__name__}: restore the model folder")
+    if not isinstance(obj, dict) or not isinstance(obj.get("model_type"), str):
+        got = f"a {type(obj).__name__}" if not isinstance(obj, dict) else "no model_type"
+        raise GenerationError(f"{config}: expected a JSON object with a model_type, got {got}: restore the model "
+                              "folder (download or export it again)")
     for st in sorted(path.glob("*.safetensors")):
         size = st.stat().st_size
         with st.open("rb") as f:

@@ -2,7 +2,8 @@
 (issue 79): a start that fails leaves no config behind to refuse the corrected command.
 
 `preflight(run)`: the run folder and the cache home can be written, the generator's device is present, the model
-resolves and its files parse (generation.models.check_model_files), the data files read with enough questions
+resolves and its files parse (generation.models.check_model_files), the corpus file's first passages read, the data
+files read with enough questions
 for the counts asked (loop.select_questions), no dev question is one the run trains on unless `data.allow_overlap`.
 `check_inputs(run_dir, config)`: the run folder's inputs.json records the content fingerprints (SHA-256) of its
 data files and corpus file; a rerun after any of them changed is refused in one line, unless `--resume_anyway`
@@ -89,6 +90,11 @@ def preflight(run) -> None:
         check_writable(cache_home(), "the cache home ($KNOWTRACE_CACHE)")
     check_device(cfg.generator.device)
     check_overlap(run.questions, cfg.data.allow_overlap)
+    corpus = cfg.data.corpus
+    if corpus.source == "file" and corpus.path and not corpus.store:
+        from knowtrace_train.data.corpus import check_corpus_head
+
+        check_corpus_head(corpus.path)
     _ = run.base_path  # the model resolves and its files parse
 
 
