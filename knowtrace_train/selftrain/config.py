@@ -305,7 +305,8 @@ class SelfTrainConfig:
         "line naming the holder; null: no bound")})
     resume_anyway: bool = field(default=False, metadata={"help": (
         "resume a run folder made by another knowtrace-train version (refused otherwise, naming both; another "
-        "commit of the same version is only warned about)")})
+        "commit of the same version is only warned about), or whose data files or corpus changed since it started "
+        "(inputs.json; logged)")})
 
     def __post_init__(self) -> None:
         if self.iterations < 0:
