@@ -91,7 +91,7 @@ def preflight(run) -> None:
     check_device(cfg.generator.device)
     check_overlap(run.questions, cfg.data.allow_overlap)
     corpus = cfg.data.corpus
-    if corpus.source == "file" and corpus.path and not corpus.store:
+    if corpus.source == "file" and corpus.path:  # in memory or as a store, the file is JSON Lines
         from knowtrace_train.data.corpus import check_corpus_head
 
         check_corpus_head(corpus.path)
