@@ -463,3 +463,23 @@ def test_fuzz_the_trajectory_reader(tmp_path, data):
     path = tmp_path / "t.jsonl"
     path.write_bytes(data)
     _clean(lambda: read_trajectories(path))
+
+
+def test_overlap_by_id_is_refused_a_repeated_text_under_another_id_only_warned(caplog):
+    import logging
+    from types import SimpleNamespace
+
+    from knowtrace_train.data.schema import QAItem
+    from knowtrace_train.selftrain.preflight import PreflightError, check_overlap
+
+    train = [QAItem(id="t1", question="Who wrote X?", answers=("A",)), QAItem(id="t2", question="Where is Y?",
+                                                                              answers=("B",))]
+    dev_text = [QAItem(id="d1", question="who  wrote x?", answers=("A",))]
+    q = SimpleNamespace(rollout=train, bootstrap=[], calibration=[], dev=dev_text)
+    with caplog.at_level(logging.WARNING):
+        check_overlap(q, allow=False)
+    assert "1 of the 1 dev questions repeat the text of a train question" in caplog.text
+    q.dev = [train[1]]
+    with pytest.raises(PreflightError, match="1 of the 1 dev questions are also train questions .*'t2'"):
+        check_overlap(q, allow=False)
+    check_overlap(q, allow=True)
