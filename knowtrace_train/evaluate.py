@@ -237,6 +237,22 @@ def _bounds(iv: Interval | None) -> list[float] | None:
     return [round(iv.low, 4), round(iv.high, 4)]
 
 
+def check_prompts_fit(trajectories: Sequence[Trajectory], what: str) -> None:
+    """A run whose every question met a prompt too long for the model's context has measured nothing: one line
+    (RunError) instead of an EM of 0. Some questions alone are scored wrong, their calls carrying the error."""
+    from knowtrace_train.errors import RunError
+    from knowtrace_train.generation.base import TOO_LONG
+
+    def too_long(t: Trajectory) -> bool:
+        return any(c.error and TOO_LONG in c.error for c in t.calls)
+
+    if trajectories and all(too_long(t) for t in trajectories):
+        first = next(c.error for c in trajectories[0].calls if c.error and TOO_LONG in c.error)
+        raise RunError(f"{what}: every one of the {len(trajectories)} questions met a prompt longer than the model's "
+                       f"context ({first.split(': ', 1)[-1]}); fewer passages (strategy.passages), shorter prompts "
+                       "(no exemplars) or a model with a longer context")
+
+
 def summarize(
     trajectories: Sequence[Trajectory],
     new: int = 0,
@@ -404,6 +420,7 @@ def evaluate(
             bar.close()
         log.info("ran %d questions in %.1fs", len(todo), time.perf_counter() - t0)
     have = [it for it in items if it.id in done]
+    check_prompts_fit([done[it.id] for it in have], str(out) if (out := config.output) else "evaluation")
     return summarize([done[it.id] for it in have], new=len(todo), kinds=[question_kind(it) for it in have],
                      evidence=evidence_check(config.strategy))
 

@@ -483,3 +483,21 @@ def test_overlap_by_id_is_refused_a_repeated_text_under_another_id_only_warned(c
     with pytest.raises(PreflightError, match="1 of the 1 dev questions are also train questions .*'t2'"):
         check_overlap(q, allow=False)
     check_overlap(q, allow=True)
+
+
+def test_a_run_whose_every_prompt_is_too_long_fails_in_one_line_some_alone_are_scored_wrong():
+    from knowtrace_train.errors import RunError
+    from knowtrace_train.evaluate import check_prompts_fit
+    from knowtrace_train.generation.base import TOO_LONG
+    from knowtrace_train.trajectory import ModelCall, Trajectory
+
+    def traj(i: int, long: bool) -> Trajectory:
+        err = f"generation error: request 0 (role 'explore'): prompt of 9000 tokens plus max_new_tokens 80 {TOO_LONG} of 8192 tokens" if long else None
+        return Trajectory(id=f"q{i}", question_id=f"q{i}", question="Q?", answers=["a"], dataset="world", strategy="knowtrace",
+                          calls=[ModelCall(index=0, role="explore", round=1, prompt="p", output="", prompt_tokens=1,
+                                          output_tokens=0, error=err)])
+
+    check_prompts_fit([traj(0, True), traj(1, False)], "dev")  # one question alone: scored wrong, no error
+    check_prompts_fit([], "dev")
+    with pytest.raises(RunError, match=r"dev: every one of the 2 questions met a prompt longer than the model's context"):
+        check_prompts_fit([traj(0, True), traj(1, True)], "dev")

@@ -68,6 +68,10 @@ class Completion:
     truncated_tokens: int = 0
 
 
+#: the words of the error a prompt too long for the model's context gets (recorded on its call)
+TOO_LONG = "exceeds the model's context"
+
+
 class GenerationError(UserError, ValueError):
     """Bad generation input: unknown model, missing adapter, empty or too-long prompt."""
 

@@ -7,7 +7,7 @@ import logging
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
-from knowtrace_train.generation.base import BASE_ROLE, GenerationError, GenerationRequest
+from knowtrace_train.generation.base import BASE_ROLE, TOO_LONG, GenerationError, GenerationRequest
 
 log = logging.getLogger(__name__)
 
@@ -121,8 +121,8 @@ class PromptPreparer:
         if len(ids) > room:
             if not self.truncate_prompts:
                 raise GenerationError(
-                    f"{where}prompt of {len(ids)} tokens plus max_new_tokens {req.max_new_tokens} exceeds "
-                    f"the model's context of {self.max_context} tokens; shorten the prompt or set "
+                    f"{where}prompt of {len(ids)} tokens plus max_new_tokens {req.max_new_tokens} {TOO_LONG} "
+                    f"of {self.max_context} tokens; shorten the prompt or set "
                     "truncate_prompts (which drops tokens from the prompt's start)"
                 )
             truncated = len(ids) - room

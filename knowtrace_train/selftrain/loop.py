@@ -52,7 +52,7 @@ from typing import Any, Callable, Mapping, Sequence
 from knowtrace_train import tracking
 from knowtrace_train.data.schema import Passage, QAItem
 from knowtrace_train.errors import RunError
-from knowtrace_train.evaluate import EvalConfig, evidence_check, load_corpus, summarize
+from knowtrace_train.evaluate import EvalConfig, check_prompts_fit, evidence_check, load_corpus, summarize
 from knowtrace_train.io import read_json, write_json, write_jsonl
 from knowtrace_train.methods import Method, StrategyConfig, get_method
 from knowtrace_train.pairing import compare_evals
@@ -322,6 +322,7 @@ class SelfTrain(Bootstrap, Calibration, Reuse, AdapterTraining, Evaluations):
             chunk_size=self.config.chunk_size, procs=self.procs, iteration=iteration, desc=desc,
             progress=self.progress, samples=samples,
         )
+        check_prompts_fit(trajs, f"{desc} ({out})")
         s = summarize(trajs, kinds=[question_kind(it) for it in items for _ in range(samples)],
                       evidence=evidence_check(strategy), seed=self.config.seed)
         solved = pass_at_samples(trajs)
