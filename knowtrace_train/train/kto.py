@@ -18,7 +18,6 @@ import dataclasses
 from dataclasses import dataclass, field
 import logging
 import random
-import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -31,6 +30,7 @@ from knowtrace_train.train.config import (
     launched_processes,
 )
 from knowtrace_train.train.lora import (
+    RoleTraining,
     SFTRecordError,
     TrainResult,
     _load_base,
@@ -38,10 +38,8 @@ from knowtrace_train.train.lora import (
     load_records,
     lora_config,
     record_texts,
-    save_trained_adapter,
-    train_measured,
+    train_adapter,
     train_role,
-    training_setup,
 )
 from knowtrace_train.train.mode import TrainingMode, trained_info
 from knowtrace_train.train.precision import frozen_in_bf16
@@ -218,43 +216,52 @@ def train_role_kto(
 ) -> tuple[TrainResult, dict[str, Any]]:
     """Train one role's LoRA adapter with KTO on labelled records and save it in PEFT's format (as `train_role`
     does); returns the result and the KTO figures (records per class, weights, the last logged KL and rewards)."""
-    import torch
-    from datasets import Dataset
-
-    config = config or LoraTrainConfig()
     kto = kto or KTOSettings()
-    trained = as_trained(dataclasses.replace(config, per_device_batch_size=kto.batch_size), launched_processes())
-    base_model_path, output_dir = Path(base_model_path), Path(output_dir)
-    device, precision, why, tokenizer = training_setup(base_model_path, config)
-    tokenizer.padding_side = "left"
-    rows, skipped = labelled_rows(tokenizer, records, role, config.prompt_format, config.max_length)
-    rows, left_out = cap_undesirable(rows, kto.undesirable_per_desirable, config.seed)
-    random.Random(config.seed).shuffle(rows)  # TRL reads KTO's records in order (its KL pairs are batch neighbours)
-    desirable = sum(r["label"] for r in rows)
-    undesirable = len(rows) - desirable
-    weights = class_weights(desirable, undesirable, kto)
-    logger.info("role %s: KTO on %d desirable and %d undesirable records (weights %.3f / %.3f, beta %g) in %s on %s",
-                role, desirable, undesirable, weights[0], weights[1], kto.beta, precision, device)
+    config = dataclasses.replace(config or LoraTrainConfig(), per_device_batch_size=kto.batch_size)
+    return train_adapter(base_model_path, output_dir,
+                         KTOTraining(as_trained(config, launched_processes()), role, records, kto))
 
-    model = _load_base(base_model_path, precision, trained, device)
-    Trainer = counting_trainer_class("kto")
-    with tempfile.TemporaryDirectory(prefix=f"knowtrace_kto_{role}_") as scratch:
-        args = kto_args(trained, kto, weights, precision, device, scratch)
-        trainer = Trainer(model=model, args=args, train_dataset=Dataset.from_list(rows), processing_class=tokenizer,
-                          peft_config=lora_config(trained))
-        frozen_in_bf16(trainer.model, trained, precision, device)
-        result = train_measured(trainer, trained, output_dir, records=len(rows), skipped=skipped, precision=precision)
-        history = trainer.state.log_history
-        logged = [h for h in history if "loss" in h]
+
+class KTOTraining(RoleTraining):
+    """KTO's parts of `train_adapter`: labelled rows, capped and shuffled with the training seed; M0 the reference."""
+
+    key, scratch = "kto", "knowtrace_kto"
+
+    def rows(self, tokenizer, device, precision, why):
+        config, kto = self.config, self.settings
+        tokenizer.padding_side = "left"
+        rows, skipped = labelled_rows(tokenizer, self.records, self.role, config.prompt_format, config.max_length)
+        rows, self.left_out = cap_undesirable(rows, kto.undesirable_per_desirable, config.seed)
+        random.Random(config.seed).shuffle(rows)  # TRL reads KTO's records in order (its KL pairs are batch neighbours)
+        self.desirable = sum(r["label"] for r in rows)
+        self.undesirable = len(rows) - self.desirable
+        self.weights = class_weights(self.desirable, self.undesirable, kto)
+        logger.info("role %s: KTO on %d desirable and %d undesirable records (weights %.3f / %.3f, beta %g) in %s on %s",
+                    self.role, self.desirable, self.undesirable, self.weights[0], self.weights[1], kto.beta, precision,
+                    device)
+        return rows, skipped
+
+    def trainer(self, base_model_path, rows, device, precision, tokenizer, scratch):
+        from datasets import Dataset
+
+        model = _load_base(base_model_path, precision, self.config, device)
+        args = kto_args(self.config, self.settings, self.weights, precision, device, scratch)
+        trainer = counting_trainer_class("kto")(model=model, args=args, train_dataset=Dataset.from_list(rows),
+                                                processing_class=tokenizer, peft_config=lora_config(self.config))
+        frozen_in_bf16(trainer.model, self.config, precision, device)
+        return trainer
+
+    def figures(self, trainer, result):
+        logged = [h for h in trainer.state.log_history if "loss" in h]
         last = logged[-1] if logged else {}
         figures = {
-            "desirable": desirable,
-            "undesirable": undesirable,
-            "undesirable_left_out": left_out,
-            "desirable_weight": weights[0],
-            "undesirable_weight": weights[1],
-            "beta": kto.beta,
-            "batch_size": kto.batch_size,
+            "desirable": self.desirable,
+            "undesirable": self.undesirable,
+            "undesirable_left_out": self.left_out,
+            "desirable_weight": self.weights[0],
+            "undesirable_weight": self.weights[1],
+            "beta": self.settings.beta,
+            "batch_size": self.settings.batch_size,
             # per logged step: the KL estimate and the mean implied rewards of each class
             "log": [{k: h[k] for k in ("step", "loss", "kl", "rewards/chosen", "rewards/rejected", "rewards/margins")
                      if k in h} for h in logged],
@@ -262,14 +269,9 @@ def train_role_kto(
             "reward_margin": last.get("rewards/margins"),
         }
         logger.info("role %s: KTO loss %.4f over %d steps, %d tokens in %.1f s (%.1f tokens/s), last KL %s",
-                    role, result.train_loss, result.steps, result.tokens, result.seconds, result.tokens_per_second,
-                    figures["kl"])
-        save_trained_adapter(trainer, output_dir, role, base_model_path, trained, precision, why, result,
-                             extra={"kto": {**dataclasses.asdict(kto), **figures}})
-    del trainer, model
-    if device == "cuda":
-        torch.cuda.empty_cache()
-    return result, figures
+                    self.role, result.train_loss, result.steps, result.tokens, result.seconds,
+                    result.tokens_per_second, figures["kl"])
+        return figures
 
 
 class KTOMode(TrainingMode):

@@ -10,12 +10,13 @@ nccl on GPUs); only the main process writes the adapter.
 
 from __future__ import annotations
 
+import abc
 import logging
 import tempfile
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, ClassVar, Iterable, Mapping, Sequence
 
 from knowtrace_train.decisions import decision_of, decision_weights
 from knowtrace_train.errors import LaunchError, RunError, UserError, import_extra
@@ -426,37 +427,96 @@ def train_role(
     half adapter) with `TRAINING_INFO` beside PEFT's files. Under torchrun/accelerate every process calls
     this; only the main process writes.
     """
+    # the batch and accumulation as trained (derived from effective_batch_size where set): recorded with the adapter
+    config = as_trained(config or LoraTrainConfig(), launched_processes())
+    return train_adapter(base_model_path, output_dir, SFTTraining(config, role, records))[0]
+
+
+@dataclass
+class RoleTraining(abc.ABC):
+    """One mode's parts of `train_adapter`, the steps every trainer of one role's adapter runs (SFT's below, KTO's
+    in train/kto.py, GRPO's in train/grpo.py): the rows it trains on, its trainer over them, and its figures."""
+
+    #: as trained: what the base loads with (and, unless `recorded` says otherwise, what is measured and recorded)
+    config: LoraTrainConfig
+    role: str
+    #: the records the mode's rows come from (a list of mappings or a JSONL path)
+    records: Any
+    #: the mode's settings, kept with its figures in the adapter's training record under `key` ("": neither)
+    settings: Any = None
+    key: ClassVar[str] = ""
+    #: the prefix of the temporary folder the trainer writes its checkpoints into
+    scratch: ClassVar[str] = "knowtrace_train"
+
+    @property
+    def recorded(self) -> LoraTrainConfig:
+        return self.config
+
+    @abc.abstractmethod
+    def rows(self, tokenizer, device: str, precision: str, why: str) -> tuple[list[dict[str, Any]], int]:
+        """The rows the trainer reads, and the number of records skipped."""
+
+    @abc.abstractmethod
+    def trainer(self, base_model_path: Path, rows: list[dict[str, Any]], device: str, precision: str, tokenizer,
+                scratch: str):
+        """The counting trainer over `rows`, its base loaded, writing its checkpoints into `scratch`."""
+
+    def figures(self, trainer, result: TrainResult) -> dict[str, Any]:
+        """The mode's figures of the training (logged here), kept beside `settings` in the training record."""
+        return {}
+
+
+def train_adapter(base_model_path: str | Path, output_dir: str | Path, mode: RoleTraining
+                  ) -> tuple[TrainResult, dict[str, Any]]:
+    """The steps every role's training runs, `mode`'s parts as hooks: the device, precision and tokenizer; the
+    mode's rows and its trainer; the training measured; the adapter saved with its training record. Returns the
+    TrainResult and the mode's figures."""
     import torch
 
-    config = config or LoraTrainConfig()
-    # the batch and accumulation as trained (derived from effective_batch_size where set): recorded with the adapter
-    config = as_trained(config, launched_processes())
-    base_model_path = Path(base_model_path)
-    output_dir = Path(output_dir)
-    device, precision, why, tokenizer = training_setup(base_model_path, config)
-    logger.info("role %s: training in %s on %s (%s)", role, precision, device, why)
-    checked = load_records(records, role)
-    rows, skipped = tokenize_records(tokenizer, checked, config.prompt_format, config.max_length,
-                                     config.decision_weight)
-    with tempfile.TemporaryDirectory(prefix=f"knowtrace_train_{role}_") as scratch:
-        trainer = sft_trainer(base_model_path, rows, config, device, precision, tokenizer, scratch)
-        args = trainer.args
-        processes = trainer.accelerator.num_processes
-        logger.info("role %s: %d records (%d skipped), %d tokens, batch %d x %d accumulation x %d processes = %d",
-                    role, len(rows), skipped, sum(len(r["input_ids"]) for r in rows), config.per_device_batch_size,
-                    args.gradient_accumulation_steps, processes,
-                    config.per_device_batch_size * args.gradient_accumulation_steps * processes)
-        result = train_measured(trainer, config, output_dir, records=len(rows), skipped=skipped, precision=precision)
-        logger.info(
-            "role %s: loss %.4f over %d steps, %d tokens in %.1f s (%.1f tokens/s; %d positions computed)",
-            role, result.train_loss, result.steps, result.tokens, result.seconds, result.tokens_per_second,
-            result.computed_tokens,
-        )
-        save_trained_adapter(trainer, output_dir, role, base_model_path, config, precision, why, result)
+    base_model_path, output_dir = Path(base_model_path), Path(output_dir)
+    device, precision, why, tokenizer = training_setup(base_model_path, mode.config)
+    rows, skipped = mode.rows(tokenizer, device, precision, why)
+    with tempfile.TemporaryDirectory(prefix=f"{mode.scratch}_{mode.role}_") as scratch:
+        trainer = mode.trainer(base_model_path, rows, device, precision, tokenizer, scratch)
+        result = train_measured(trainer, mode.recorded, output_dir, records=len(rows), skipped=skipped,
+                                precision=precision)
+        figures = mode.figures(trainer, result)
+        extra = {mode.key: {**asdict(mode.settings), **figures}} if mode.key else None
+        save_trained_adapter(trainer, output_dir, mode.role, base_model_path, mode.recorded, precision, why, result,
+                             extra=extra)
     del trainer
     if device == "cuda":
         torch.cuda.empty_cache()
-    return result
+    return result, figures
+
+
+class SFTTraining(RoleTraining):
+    """SFT's parts of `train_adapter`: the records tokenized, the loss on the completion only."""
+
+    def rows(self, tokenizer, device, precision, why):
+        logger.info("role %s: training in %s on %s (%s)", self.role, precision, device, why)
+        checked = load_records(self.records, self.role)
+        rows, self.skipped = tokenize_records(tokenizer, checked, self.config.prompt_format, self.config.max_length,
+                                              self.config.decision_weight)
+        return rows, self.skipped
+
+    def trainer(self, base_model_path, rows, device, precision, tokenizer, scratch):
+        config = self.config
+        trainer = sft_trainer(base_model_path, rows, config, device, precision, tokenizer, scratch)
+        accumulation, processes = trainer.args.gradient_accumulation_steps, trainer.accelerator.num_processes
+        logger.info("role %s: %d records (%d skipped), %d tokens, batch %d x %d accumulation x %d processes = %d",
+                    self.role, len(rows), self.skipped, sum(len(r["input_ids"]) for r in rows),
+                    config.per_device_batch_size, accumulation, processes,
+                    config.per_device_batch_size * accumulation * processes)
+        return trainer
+
+    def figures(self, trainer, result):
+        logger.info(
+            "role %s: loss %.4f over %d steps, %d tokens in %.1f s (%.1f tokens/s; %d positions computed)",
+            self.role, result.train_loss, result.steps, result.tokens, result.seconds, result.tokens_per_second,
+            result.computed_tokens,
+        )
+        return {}
 
 
 def train_measured(trainer, config: LoraTrainConfig, output_dir: Path, *, records: int, skipped: int,

@@ -2,10 +2,12 @@
 head on the completion positions only on CPUs (TRL's fused head scores every position there) and, there, the prompt
 tokens that a batch's records share run once (`shared_prefix_loss`), each batch drawn, where
 `group_prefix_tokens` is set, from records that begin alike (`GroupedPassSampler`); packed records (`packing`) stay rows
-of `max_length` tokens each, a pass a batch of rows, each record seeing only itself (`PackedRowsCollator`)."""
+of `max_length` tokens each, a pass a batch of rows, each record seeing only itself (`PackedRowsCollator`); and
+GRPO's TRL GRPOTrainer fed with given rows (`rows_trainer_class`)."""
 
 from __future__ import annotations
 
+from typing import Any
 
 from knowtrace_train.threads import follow as follow_threads
 
@@ -381,3 +383,114 @@ class GroupedPassSampler:
         order = grouped_pass_order(self.groups, self.per_pass, self.seed + self.epoch)
         self.epoch += 1
         return iter(order)
+
+
+def rows_trainer_class():
+    """TRL's GRPOTrainer fed with given rows (train/grpo.py's docstring says why), counting the tokens it trains on."""
+    import torch
+    from trl import GRPOTrainer
+
+    class RowsGRPOTrainer(GRPOTrainer):
+        def __init__(self, *args, rows: list[dict[str, Any]], **kwargs):
+            self.rows = rows
+            super().__init__(*args, **kwargs)
+            self.seen_tokens = 0
+            self.seen_completion_tokens = 0
+
+        def training_step(self, *args, **kwargs):
+            follow_threads()  # the threads an evaluation beside this training has given back (threads.py)
+            return super().training_step(*args, **kwargs)
+
+        def get_train_dataloader(self):
+            """Every batch is all the rows, in one seeded order; TRL's `_prepare_inputs` keeps the first and
+            cuts it into `steps_per_generation` steps, reused for `num_iterations` passes."""
+            from torch.utils.data import DataLoader
+
+            order = torch.randperm(len(self.rows), generator=torch.Generator().manual_seed(self.args.seed)).tolist()
+            batches = [order] * (self.args.steps_per_generation * self.num_iterations)
+            return DataLoader(self.rows, batch_sampler=batches, collate_fn=list)
+
+        def _prepare_inputs(self, generation_batch):
+            steps = self.args.steps_per_generation  # forward passes per pass over the rows
+            if self._step % (steps * self.num_iterations) == 0 or self._buffered_inputs is None:
+                self._buffered_inputs = self._score_rows(generation_batch, steps)
+            step = self._buffered_inputs[self._step % steps]
+            self.seen_tokens += int(step["prompt_mask"].sum() + step["completion_mask"].sum())
+            self.seen_completion_tokens += int(step["completion_mask"].sum())
+            return step
+
+        def _score_rows(self, rows: list[dict[str, Any]], steps: int) -> list[dict[str, Any]]:
+            """The rows as TRL's loss reads them, cut into `steps` near-equal steps: left-padded prompts,
+            right-padded completions, the advantages, and (no gradient) the behaviour policy's and M0's
+            per-token log probabilities."""
+            device = self.accelerator.device
+            pad = self.processing_class.pad_token_id
+            p_len = max(len(r["prompt_ids"]) for r in rows)
+            c_len = max(len(r["completion_ids"]) for r in rows)
+
+            def padded(seqs, width, left):
+                ids = torch.full((len(seqs), width), pad, dtype=torch.long)
+                mask = torch.zeros((len(seqs), width), dtype=torch.long)
+                for i, s in enumerate(seqs):
+                    sl = slice(width - len(s), width) if left else slice(0, len(s))
+                    ids[i, sl] = torch.tensor(s, dtype=torch.long)
+                    mask[i, sl] = 1
+                return ids.to(device), mask.to(device)
+
+            prompt_ids, prompt_mask = padded([r["prompt_ids"] for r in rows], p_len, True)
+            completion_ids, completion_mask = padded([r["completion_ids"] for r in rows], c_len, False)
+            advantages = torch.tensor([r["advantage"] for r in rows], dtype=torch.float32, device=device)
+            ids = torch.cat([prompt_ids, completion_ids], 1)
+            attn = torch.cat([prompt_mask, completion_mask], 1)
+            batch = self.args.per_device_train_batch_size
+            old = ref = None
+            with torch.no_grad():
+                # the policy moves within the rows' passes (TRL's rule): keep the behaviour policy's
+                if self.args.gradient_accumulation_steps % (steps * self.num_iterations):
+                    old, _, _ = self._get_per_token_logps_and_entropies(self.model, ids, attn, c_len, batch_size=batch)
+                if self.beta != 0.0:
+                    with self.accelerator.unwrap_model(self.model).disable_adapter():
+                        ref, _, _ = self._get_per_token_logps_and_entropies(self.model, ids, attn, c_len, batch_size=batch)
+            total = completion_mask.sum()
+            out = []
+            for part in torch.tensor_split(torch.arange(len(rows), device=device), steps):
+                step = {"prompt_ids": prompt_ids[part], "prompt_mask": prompt_mask[part],
+                        "completion_ids": completion_ids[part], "completion_mask": completion_mask[part],
+                        "advantages": advantages[part], "num_items_in_batch": total}
+                if old is not None:
+                    step["old_per_token_logps"] = old[part]
+                if ref is not None:
+                    step["ref_per_token_logps"] = ref[part]
+                out.append(step)
+            return out
+
+        def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep,
+                                               batch_size=None, compute_entropy=False, compute_aux_loss=False, **kwargs):
+            """On CPUs, the LM head on the completion positions only (TRL's fused head scores every position
+            where Triton does not run: 10x the work for a ~500-token prompt and a ~40-token call); the same
+            log probabilities and entropies (tests/test_grpo.py compares them). Elsewhere TRL's own."""
+            if self.accelerator.device.type != "cpu" or compute_aux_loss or any(v is not None for v in kwargs.values()):
+                return super()._get_per_token_logps_and_entropies(
+                    model, input_ids, attention_mask, logits_to_keep, batch_size=batch_size,
+                    compute_entropy=compute_entropy, compute_aux_loss=compute_aux_loss, **kwargs)
+            batch_size = batch_size or input_ids.size(0)
+            logps, entropies = [], []
+            for start in range(0, input_ids.size(0), batch_size):
+                ids, mask = input_ids[start : start + batch_size], attention_mask[start : start + batch_size]
+                with self.accelerator.autocast():
+                    logits = model(input_ids=ids, attention_mask=mask, logits_to_keep=logits_to_keep + 1,
+                                   use_cache=False).logits
+                logp = torch.log_softmax(logits[:, :-1].float() / self.temperature, dim=-1)
+                logps.append(logp.gather(-1, ids[:, -logits_to_keep:, None]).squeeze(-1))
+                if compute_entropy:
+                    entropies.append(-(logp.exp() * logp).sum(-1))
+            return torch.cat(logps), (torch.cat(entropies) if compute_entropy else None), None
+
+        def global_counts(self) -> tuple[int, int, int]:
+            """(tokens, completion tokens, positions computed) summed over all processes."""
+            counts = torch.tensor([self.seen_tokens, self.seen_completion_tokens, self.seen_tokens],
+                                  device=self.accelerator.device)
+            counts = self.accelerator.reduce(counts, reduction="sum")
+            return int(counts[0]), int(counts[1]), int(counts[2])
+
+    return RowsGRPOTrainer
