@@ -264,3 +264,35 @@ def test_run_model_reads_a_knowtrace_run_folder(tmp_path):
         run_model(tmp_path, 1)
     with pytest.raises(ConfigError, match="--run"):
         load_eval_config(None, ["--run", str(tmp_path), "--iteration", "1"])
+
+
+def test_generate_calls_numbers_one_trajectorys_calls_on_and_counts_truncation():
+    """Several calls of one trajectory in a batch each sample from the stream of the index it gets (KnowTrace's
+    completion calls, one per guidance pair); a prompt the generator cut is counted on the trajectory; the
+    spec's adapter is asked for; a decided word's tokens move from the prompt's count to the output's."""
+    from knowtrace_train.kg import GuidancePair
+    from knowtrace_train.methods.calls import CallSpec, generate_calls
+
+    class Cutting:
+        def __init__(self):
+            self.requests = []
+
+        def count_tokens(self, text):
+            return len(text.split())
+
+        def generate(self, requests):
+            self.requests += requests
+            return [Completion(text=" x", prompt_tokens=3, output_tokens=1, finish_reason="stop", truncated_tokens=2)
+                    for _ in requests]
+
+    traj = Trajectory(id="q1", question_id="q1", question="?", answers=["a"], dataset="d", strategy="s")
+    traj.calls.append(ModelCall(index=0, role="explore", round=1, prompt="p", output="o", prompt_tokens=1, output_tokens=1))
+    pair = GuidancePair("E", "g")
+    gen = Cutting()
+    specs = [CallSpec(traj, "complete", 1, "p1", 8, pair=pair, adapter="explore"),
+             CallSpec(traj, "complete", 1, "p2", 8, decided="yes no maybe four")]
+    calls, _ = generate_calls(gen, specs, temperature=1.0, seed=7)
+    assert [r.seed for r in gen.requests] == [request_seed(7, "q1", 1), request_seed(7, "q1", 2)]
+    assert [c.index for c in calls] == [1, 2] and [r.role for r in gen.requests] == ["explore", "complete"]
+    assert calls[0].pair == pair and traj.meta["truncated_prompt_tokens"] == 4
+    assert calls[1].prompt_tokens == 0 and calls[1].output_tokens == 5  # 3 prompt tokens, 4 of them the fed word

@@ -33,9 +33,10 @@ from typing import Callable, Sequence
 
 from knowtrace_train.data.schema import Passage, QAItem
 from knowtrace_train.decisions import decide_jobs, require_scorer
-from knowtrace_train.generation.base import Completion, GenerationRequest, Generator, generate_each, request_seed
+from knowtrace_train.generation.base import Generator
 from knowtrace_train.kg import GuidancePair, TracedTriplet
 from knowtrace_train.methods.base import check_width
+from knowtrace_train.methods.calls import CallSpec, generate_calls
 from knowtrace_train.methods.hints import trajectory_id
 from knowtrace_train.methods.knowtrace.config import ANSWER, COMPLETE, EXPLORE, KG_TO_TEXT, STRATEGY_NAME, KnowTraceConfig
 from knowtrace_train.methods.knowtrace.outputs import JUDGEMENT
@@ -54,6 +55,9 @@ from knowtrace_train.retrieval.base import RetrievalError, Retriever, ScoredPass
 from knowtrace_train.trajectory import ModelCall, Trajectory
 
 log = logging.getLogger(__name__)
+
+#: each call kind's stop strings
+_STOPS = {EXPLORE: EXPLORE_STOP, ANSWER: EXPLORE_STOP, COMPLETE: COMPLETE_STOP, KG_TO_TEXT: KG_TO_TEXT_STOP}
 
 @dataclass
 class _State:
@@ -321,62 +325,13 @@ class KnowTrace:
                            stream="judgement")
 
     def _generate(self, jobs: list[_Job]) -> tuple[list[ModelCall], float]:
-        """One batched generate() for `jobs`; record a ModelCall on each job's trajectory.
-        A batch the generator refuses (GenerationError) is retried call by call, and a call
-        that still fails is recorded with its error and an empty output."""
-        if not jobs:
-            return [], 0.0
+        """One batched generate() for `jobs`, a ModelCall recorded on each job's trajectory (methods/calls.py)."""
         cfg = self.config
-        # each call samples from its own stream: seeded by the question's trajectory and the call's index
-        next_index: dict[int, int] = {}
-        seeds = []
-        for j in jobs:
-            i = next_index.get(id(j.state), len(j.state.traj.calls))
-            next_index[id(j.state)] = i + 1
-            seeds.append(request_seed(cfg.seed, j.state.traj.id, i))
-        requests = [
-            GenerationRequest(
-                prompt=j.prompt,
-                prefix=j.prefill + j.decided,
-                role=getattr(cfg.roles, j.kind),
-                max_new_tokens=getattr(cfg.max_new_tokens, j.kind),
-                stop=EXPLORE_STOP if j.kind in (EXPLORE, ANSWER) else COMPLETE_STOP if j.kind == COMPLETE else KG_TO_TEXT_STOP,
-                temperature=cfg.temperature,
-                seed=seed,
-            )
-            for j, seed in zip(jobs, seeds)
-        ]
-        t0 = time.perf_counter()
-        results = generate_each(self._generator, requests)
-        dt = time.perf_counter() - t0
-        weights = [max(1, r.prompt_tokens + r.output_tokens) if isinstance(r, Completion) else 1 for r in results]
-        total = sum(weights)
-        calls = []
-        for job, res, w in zip(jobs, results, weights):
-            traj = job.state.traj
-            decided_tokens = self._generator.count_tokens(job.decided) if job.decided else 0
-            traj.wall_time += dt * w / total
-            call = ModelCall(
-                index=len(traj.calls),
-                role=job.kind,
-                round=job.round,
-                prompt=job.prompt,
-                output=job.prefill + job.decided + res.text if isinstance(res, Completion) else "",
-                # the decided word is fed, not decoded: its tokens are counted among the output's
-                prompt_tokens=res.prompt_tokens - decided_tokens if isinstance(res, Completion) else 0,
-                output_tokens=res.output_tokens + decided_tokens if isinstance(res, Completion) else 0,
-                finish_reason=res.finish_reason if isinstance(res, Completion) else "error",
-                error=None if isinstance(res, Completion) else f"generation error: {res}",
-                pair=job.pair,
-                passage_ids=[p.id for p in job.passages],
-                retrieved_tokens=sum(self._tokens_of(p) for p in job.passages),
-                prefix=job.prefill,
-            )
-            if isinstance(res, Completion) and res.truncated_tokens:
-                traj.meta["truncated_prompt_tokens"] = traj.meta.get("truncated_prompt_tokens", 0) + res.truncated_tokens
-            traj.calls.append(call)
-            calls.append(call)
-        return calls, dt
+        specs = [CallSpec(j.state.traj, j.kind, j.round, j.prompt, getattr(cfg.max_new_tokens, j.kind), _STOPS[j.kind],
+                          prefix=j.prefill, decided=j.decided, passage_ids=tuple(p.id for p in j.passages),
+                          retrieved_tokens=sum(self._tokens_of(p) for p in j.passages), pair=j.pair,
+                          adapter=getattr(cfg.roles, j.kind)) for j in jobs]
+        return generate_calls(self._generator, specs, temperature=cfg.temperature, seed=cfg.seed)
 
     def _search(self, queries: list[str], owners: list[_State]) -> list[list[ScoredPassage]]:
         """One batched search; a query the retriever refuses is recorded and finds nothing."""
