@@ -66,7 +66,7 @@ from knowtrace_train.selftrain.folder import check_same_config, run_config_text
 from knowtrace_train.selftrain.preflight import check_inputs, preflight
 from knowtrace_train.selftrain.training import AdapterTraining
 from knowtrace_train.selftrain.models import (
-    ModelState, generator_config, read_records, rollout_strategy_config, run_relative, strategy_config)
+    ModelState, generator_config, next_model, read_records, rollout_strategy_config, run_relative, strategy_config)
 from knowtrace_train.selftrain.reuse import Reuse
 from knowtrace_train.selftrain.rollout import pass_at_samples, run_rollouts
 from knowtrace_train.train.modes import resolve
@@ -433,19 +433,15 @@ class SelfTrain(Bootstrap, Calibration, Reuse, AdapterTraining, Evaluations):
         adapters = {a: str(folder / "adapters" / a) for a, t in train_info.items() if t.get("records", 0) > 0}
         if mode.continues_policy and adapters:  # the policy goes on: a role without rows keeps M(z-1)'s adapter
             adapters = {**prev.adapters, **adapters}
-        status = "trained"
-        stop = False
-        if not adapters:
-            status = "empty"
+        status = "trained" if adapters else "empty"
+        stop = not adapters and cfg.on_empty == "stop"
+        state = next_model(z, prev, m0, adapters)
+        if adapters:
+            state = self.calibrated(folder, state, seed)
+        else:
             log.warning("iteration %d: %d of %d rollouts correct, %d records: nothing to train on (%s)",
                         z, roll["correct"], roll["questions"], sum((bt.get("records") or {}).values()),
                         "the run stops here" if cfg.on_empty == "stop" else "M%d = M%d" % (z, z - 1))
-            state = dataclasses.replace(prev, name=f"M{z}")
-            stop = cfg.on_empty == "stop"
-        else:
-            state = ModelState(name=f"M{z}", model=m0.model, adapters=adapters,
-                               trained=m0.trained | frozenset(adapters))
-            state = self.calibrated(folder, state, seed)
         m = {
             "iteration": z,
             "model": state.name,

@@ -126,15 +126,20 @@ def run_model(run_dir: str | Path, iteration: str | int) -> RunModel:
             raise RunError(f"{metrics}: iteration {k} of {run_dir} has not finished")
         m = read_json(metrics)
         adapters = {a: str(_in_run(run_dir, p)) for a, p in (m.get("adapters") or {}).items()}
-        if m.get("status") == "empty" or not adapters:
-            state = dataclasses.replace(state, name=f"M{k}")
-        else:
-            state = ModelState(name=f"M{k}", model=m0.model, adapters=adapters, trained=m0.trained | frozenset(adapters),
-                               thresholds=state.thresholds)
+        state = next_model(k, state, m0, {} if m.get("status") == "empty" else adapters)
         calibrated = read_thresholds(run_dir / f"iter_{k}")
         if calibrated is not None:
             state = dataclasses.replace(state, thresholds=calibrated)
     return RunModel(state, config.strategy.seed + z, config)
+
+
+def next_model(z: int, prev: ModelState, m0: ModelState, adapters: Mapping[str, str]) -> ModelState:
+    """M(z), the model of iteration z's `adapters` (those it trained, with M(z-1)'s that a continued policy keeps):
+    M0 with them, deciding greedily until calibrated for them; M(z-1) under its new name where there are none. The
+    loop builds it so (`SelfTrain._iteration`) and so does `run_model` from the run's files."""
+    if not adapters:
+        return dataclasses.replace(prev, name=f"M{z}")
+    return ModelState(name=f"M{z}", model=m0.model, adapters=adapters, trained=m0.trained | frozenset(adapters))
 
 
 def bootstrapped_m0(config: SelfTrainConfig, model: str | Path, thresholds: Mapping[str, float] | None = None
