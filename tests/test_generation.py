@@ -331,8 +331,10 @@ def test_config_validation_names_the_field():
         GeneratorConfig(prompt_format="jinja")
     with pytest.raises(GenerationError, match="batch_size"):
         GeneratorConfig(batch_size=0)
-    with pytest.raises(GenerationError, match=r"unknown field\(s\) \['batchsize'\]"):
-        GeneratorConfig.from_dict({"batchsize": 4})
+    from knowtrace_train.config import load_config
+
+    with pytest.raises(ValueError, match=r"unknown key 'batchsize' for GeneratorConfig \(did you mean 'batch_size'\?\)"):
+        load_config(GeneratorConfig, data={"batchsize": 4})
     with pytest.raises(GenerationError, match="'base'"):
         GeneratorConfig(adapters={"base": "/x"})
 

@@ -54,7 +54,9 @@ def test_config_seed_must_be_an_integer():
 
     with pytest.raises(GenerationError, match="seed"):
         GeneratorConfig(seed=1.5)  # type: ignore[arg-type]
-    assert GeneratorConfig.from_dict({"seed": 3}).seed == 3
+    from knowtrace_train.config import load_config
+
+    assert load_config(GeneratorConfig, data={"seed": 3}).seed == 3
 
 
 # -- the transformers backend --------------------------------------------------------------------

@@ -256,9 +256,11 @@ def test_config_checks_its_fields():
         RetrieverConfig(backend="splade")
     with pytest.raises(ValueError, match="'k' must be a positive integer"):
         RetrieverConfig(k=0)
-    with pytest.raises(ValueError, match=r"retrieval: unknown field\(s\) \['top_k'\]"):
-        RetrieverConfig.from_dict({"backend": "bm25", "top_k": 3}, where="retrieval")
-    assert RetrieverConfig.from_dict({"backend": "dense", "k": 3}).k == 3
+    from knowtrace_train.config import load_config
+
+    with pytest.raises(ValueError, match=r"unknown key 'top_k' for RetrieverConfig"):
+        load_config(RetrieverConfig, data={"backend": "bm25", "top_k": 3})
+    assert load_config(RetrieverConfig, data={"backend": "dense", "k": 3}).k == 3
 
 
 def test_no_es_url_is_a_clear_error(monkeypatch):

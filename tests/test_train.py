@@ -154,15 +154,18 @@ def test_jsonl_records_errors_name_file_and_line(tmp_path):
 # -- config and precision ------------------------------------------------------------------------------------
 
 
-def test_config_validates_and_rejects_unknown_keys():
+def test_config_validates_and_rejects_unknown_keys(tmp_path):
+    from knowtrace_train.config import load_config
+
     assert LoraTrainConfig().target_modules == "all-linear"
     with pytest.raises(ValueError, match="rank"):
         LoraTrainConfig(rank=0)
     with pytest.raises(ValueError, match="precision"):
         LoraTrainConfig(precision="int8")
-    with pytest.raises(ValueError, match=r"train.yaml: unknown LoRA training field\(s\) \['lr'\]"):
-        LoraTrainConfig.from_dict({"lr": 1e-4}, where="train.yaml")
-    assert LoraTrainConfig.from_dict({"rank": 8, "target_modules": ["q_proj"]}).target_modules == ["q_proj"]
+    (tmp_path / "train.yaml").write_text("lr: 1.0e-4\n")
+    with pytest.raises(ValueError, match=r"train.yaml: unknown key 'lr' for LoraTrainConfig"):
+        load_config(LoraTrainConfig, tmp_path / "train.yaml")
+    assert load_config(LoraTrainConfig, data={"rank": 8, "target_modules": ["q_proj"]}).target_modules == ["q_proj"]
 
 
 def test_every_config_field_has_a_default_and_help():

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
-from typing import Any, Mapping
+from dataclasses import dataclass, field
+from typing import Mapping
 
 from knowtrace_train.generation.base import BASE_ROLE, GenerationError
 
@@ -106,11 +106,3 @@ class GeneratorConfig:
         if self.dtype not in ("auto", "float32", "bfloat16", "float16"):
             raise GenerationError(f"GeneratorConfig.dtype: unknown dtype {self.dtype!r}")
 
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any], where: str = "generator config") -> "GeneratorConfig":
-        """Build from a parsed YAML/JSON mapping; an unknown key is an error that names it."""
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise GenerationError(f"{where}: unknown field(s) {unknown}; known: {sorted(known)}")
-        return cls(**dict(data))

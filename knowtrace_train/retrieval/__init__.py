@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Sequence
 
 from knowtrace_train.data.schema import Passage
 from knowtrace_train.retrieval.base import (
@@ -103,17 +102,6 @@ class RetrieverConfig:
         if self.index_wait_s < 0:
             raise ValueError(f"retriever field 'index_wait_s' must be >= 0, got {self.index_wait_s!r}")
 
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any], where: str = "retriever") -> "RetrieverConfig":
-        """From a config file's mapping; an unknown field is an error naming it."""
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(d) - names)
-        if unknown:
-            raise ValueError(f"{where}: unknown field(s) {unknown}; known: {sorted(names)}")
-        try:
-            return cls(**dict(d))
-        except (TypeError, ValueError) as e:
-            raise ValueError(f"{where}: {e}") from e
 
 
 def check_retriever_installed(config: RetrieverConfig) -> None:

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from knowtrace_train.generation.prepare import PROMPT_FORMATS
@@ -160,14 +159,6 @@ class LoraTrainConfig:
             if not self.target_modules:
                 raise bad("target_modules", "must name at least one module")
 
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any], where: str = "config") -> LoraTrainConfig:
-        """Build from a mapping (a YAML section); an unknown key raises naming `where` and the key."""
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(d) - known)
-        if unknown:
-            raise ValueError(f"{where}: unknown LoRA training field(s) {unknown}; known: {sorted(known)}")
-        return cls(**dict(d))
 
 
 def per_device_batch_for(config: LoraTrainConfig, processes: int) -> int:
