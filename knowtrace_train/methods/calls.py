@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Iterable, Sequence
+
+from knowtrace_train.data.schema import Passage
 
 from knowtrace_train.generation.base import Completion, GenerationRequest, Generator, generate_each, request_seed
 from knowtrace_train.kg import GuidancePair
@@ -33,6 +35,23 @@ class CallSpec:
     retrieved_tokens: int = 0
     pair: GuidancePair | None = None
     adapter: str = ""
+
+
+class PassageTokens:
+    """The tokens of passages as a prompt shows them (`render`), each passage counted once by `count`: a call's
+    `retrieved_tokens`, for every engine and the baselines' Runner."""
+
+    def __init__(self, render: Callable[[Passage], str], count: Callable[[str], int]) -> None:
+        self._render, self._count, self._seen = render, count, {}
+
+    def __call__(self, passages: Iterable[Passage]) -> int:
+        total = 0
+        for p in passages:
+            key = p.id or self._render(p)
+            if key not in self._seen:
+                self._seen[key] = self._count(self._render(p))
+            total += self._seen[key]
+        return total
 
 
 def generate_calls(generator: Generator, specs: Sequence[CallSpec], *, temperature: float, seed: int,

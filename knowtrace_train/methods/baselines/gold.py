@@ -200,7 +200,7 @@ class GoldRunner(Runner):
             text = script[index].text if s.kind == REASON and index < len(script) else None
             calls.append(gold_call(s.live.traj, s.kind, s.round, s.prompt, text, self.count, prefix=s.prefix,
                                    passage_ids=[p.id for p in s.passages],
-                                   retrieved_tokens=sum(self._tokens_of(p) for p in s.passages)))
+                                   retrieved_tokens=self._passage_tokens(s.passages)))
         return calls
 
 

@@ -22,7 +22,7 @@ from knowtrace_train.data.schema import Passage, QAItem
 from knowtrace_train.generation.base import Generator
 from knowtrace_train.methods.baselines.common import clean_answer, passage_line
 from knowtrace_train.methods.baselines.config import BaselineConfig
-from knowtrace_train.methods.calls import CallSpec, generate_calls
+from knowtrace_train.methods.calls import CallSpec, PassageTokens, generate_calls
 from knowtrace_train.methods.hints import trajectory_id
 from knowtrace_train.retrieval.base import RetrievalError, Retriever
 from knowtrace_train.trajectory import ModelCall, Trajectory
@@ -85,7 +85,7 @@ class Runner:
                  on_done: Callable[[Trajectory], None] | None) -> None:
         self.name, self.config = name, config
         self.generator, self.retriever, self.on_done = generator, retriever, on_done
-        self._passage_tokens: dict[str, int] = {}
+        self._passage_tokens = PassageTokens(lambda p: passage_line(p, 1), lambda text: self.count_tokens(text))
         self._batch_time = 0.0
 
     def start(self, items: Sequence[QAItem]) -> list[Live]:
@@ -162,7 +162,7 @@ class Runner:
         cfg = self.config
         specs = [CallSpec(s.live.traj, s.kind, s.round, s.prompt, s.max_new_tokens, s.stop, prefix=s.prefix,
                           passage_ids=tuple(p.id for p in s.passages),
-                          retrieved_tokens=sum(self._tokens_of(p) for p in s.passages)) for s in steps]
+                          retrieved_tokens=self._passage_tokens(s.passages)) for s in steps]
         calls, seconds = generate_calls(self.generator, specs, temperature=cfg.temperature, seed=cfg.seed, adapter=cfg.role)
         self._batch_time += seconds
         return calls
@@ -193,11 +193,6 @@ class Runner:
     def count_tokens(self, text: str) -> int:
         """Tokens of `text` as the generator counts them (a gold runner, with no model, counts its own way)."""
         return self.generator.count_tokens(text)
-
-    def _tokens_of(self, p: Passage) -> int:
-        if p.id not in self._passage_tokens:
-            self._passage_tokens[p.id] = self.count_tokens(passage_line(p, 1))
-        return self._passage_tokens[p.id]
 
 
 class BaselineStrategy:

@@ -36,7 +36,7 @@ from knowtrace_train.decisions import decide_jobs, require_scorer
 from knowtrace_train.generation.base import Generator
 from knowtrace_train.kg import GuidancePair, TracedTriplet
 from knowtrace_train.methods.base import check_width
-from knowtrace_train.methods.calls import CallSpec, generate_calls
+from knowtrace_train.methods.calls import CallSpec, PassageTokens, generate_calls
 from knowtrace_train.methods.hints import trajectory_id
 from knowtrace_train.methods.knowtrace.config import ANSWER, COMPLETE, EXPLORE, KG_TO_TEXT, STRATEGY_NAME, KnowTraceConfig
 from knowtrace_train.methods.knowtrace.outputs import JUDGEMENT
@@ -102,7 +102,7 @@ class KnowTrace:
 
     def __init__(self, config: KnowTraceConfig | None = None) -> None:
         self.config = config or KnowTraceConfig()
-        self._passage_tokens: dict[str, int] = {}
+        self._passage_tokens = PassageTokens(render_passage, lambda text: self._generator.count_tokens(text))
 
     # -- public -------------------------------------------------------------------
     def run(
@@ -329,7 +329,7 @@ class KnowTrace:
         cfg = self.config
         specs = [CallSpec(j.state.traj, j.kind, j.round, j.prompt, getattr(cfg.max_new_tokens, j.kind), _STOPS[j.kind],
                           prefix=j.prefill, decided=j.decided, passage_ids=tuple(p.id for p in j.passages),
-                          retrieved_tokens=sum(self._tokens_of(p) for p in j.passages), pair=j.pair,
+                          retrieved_tokens=self._passage_tokens(j.passages), pair=j.pair,
                           adapter=getattr(cfg.roles, j.kind)) for j in jobs]
         return generate_calls(self._generator, specs, temperature=cfg.temperature, seed=cfg.seed)
 
@@ -342,9 +342,3 @@ class KnowTrace:
                 found = []
             hits.append(found)
         return hits
-
-    def _tokens_of(self, p: Passage) -> int:
-        key = p.id or render_passage(p)
-        if key not in self._passage_tokens:
-            self._passage_tokens[key] = self._generator.count_tokens(render_passage(p))
-        return self._passage_tokens[key]

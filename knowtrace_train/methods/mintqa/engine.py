@@ -31,7 +31,7 @@ from typing import Callable, Sequence
 
 from knowtrace_train.data.schema import Passage, QAItem
 from knowtrace_train.generation.base import Generator
-from knowtrace_train.methods.calls import CallSpec, generate_calls
+from knowtrace_train.methods.calls import CallSpec, PassageTokens, generate_calls
 from knowtrace_train.methods.hints import trajectory_id
 import knowtrace_train.methods.mintqa.prompts as prompts
 from knowtrace_train.methods.mintqa.config import (
@@ -82,7 +82,7 @@ class MintQA:
     def __init__(self, config: MintQAConfig) -> None:
         self.config = config
         self.name = config.name
-        self._passage_tokens: dict[str, int] = {}
+        self._passage_tokens = PassageTokens(prompts.render_passage, lambda text: self._count_tokens(text))
 
     def run(
         self,
@@ -219,7 +219,7 @@ class MintQA:
         """One batched generate() for `jobs`, a ModelCall recorded on each job's trajectory (methods/calls.py)."""
         specs = [CallSpec(j.state.traj, j.kind, j.step, j.prompt, j.max_new_tokens, j.stop,
                           passage_ids=tuple(p.id for p in j.passages),
-                          retrieved_tokens=sum(self._tokens_of(p) for p in j.passages)) for j in jobs]
+                          retrieved_tokens=self._passage_tokens(j.passages)) for j in jobs]
         return generate_calls(self._generator, specs, temperature=self.config.temperature, seed=self.config.seed)[0]
 
     def _search(self, queries: list[str], owners: list[_State], step: int) -> list[tuple[Passage, ...]]:
@@ -243,8 +243,3 @@ class MintQA:
     def _count_tokens(self, text: str) -> int:
         """Tokens of `text` as the generator counts them (the gold engine, with no model, counts its own way)."""
         return self._generator.count_tokens(text)
-
-    def _tokens_of(self, p: Passage) -> int:
-        if p.id not in self._passage_tokens:
-            self._passage_tokens[p.id] = self._count_tokens(prompts.render_passage(p))
-        return self._passage_tokens[p.id]

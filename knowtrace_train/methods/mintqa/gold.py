@@ -198,7 +198,7 @@ class GoldMintQA(MintQA):
     def _generate(self, jobs: list[_Job]) -> list[ModelCall]:
         return [gold_call(job.state.traj, job.kind, job.step, job.prompt, self._gold(job), self.count,
                           passage_ids=[p.id for p in job.passages],
-                          retrieved_tokens=sum(self._tokens_of(p) for p in job.passages)) for job in jobs]
+                          retrieved_tokens=self._passage_tokens(job.passages)) for job in jobs]
 
     def _search(self, queries: list[str], owners: list[_State], step: int) -> list[tuple[Passage, ...]]:
         hits = super()._search(queries, owners, step)
