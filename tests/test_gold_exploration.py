@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from knowtrace_train.data.facts import Fact, FactIndex, FactsFileError, load_facts
-from knowtrace_train.data.schema import GoldEvidence, Passage, QAItem, SubQuestion, passage_id
+from knowtrace_train.data.schema import GoldEvidence, QAItem, SubQuestion
 from knowtrace_train.evaluate import exploration_shape
 from knowtrace_train.kg import GuidancePair, Triplet
 from knowtrace_train.methods.gold_chain import chain_rounds, gold_chain
@@ -21,13 +21,9 @@ from knowtrace_train.methods.knowtrace.gold import GoldAsk, build_gold_trajector
 from knowtrace_train.methods.knowtrace.parsing import parse_completion, parse_exploration
 from knowtrace_train.report import shape_table
 
-from test_gold_trajectories import WordOverlap
+from test_gold_trajectories import WordOverlap, _p
 
 PAPER = Path(__file__).resolve().parents[2] / "shared" / "papers" / "004_abac3bc090c63046.txt"
-
-
-def _p(title: str, text: str) -> Passage:
-    return Passage(passage_id(title, text), title, text)
 
 
 CORPUS = [
