@@ -156,6 +156,9 @@ class _Plan:
     noise: list[list[tuple[GuidancePair, Fact]]]
     wanted: list[int]
     rng: random.Random
+    #: the chain's facts, and the entities that carry it or name the answer: no noisy fact may be one or point at one
+    chain_keys: set[tuple[str, str, str]]
+    protected: set[str]
 
 
 def _plan(item: QAItem, chain: list[Hop], facts: FactIndex, noise: GoldNoise, templates: Mapping[str, list[str]],
@@ -206,7 +209,7 @@ def _plan(item: QAItem, chain: list[Hop], facts: FactIndex, noise: GoldNoise, te
         for h in hops:  # the next round knows what this one found
             if normalize_answer(h.triplet.object) not in {normalize_answer(k) for k in known}:
                 known.append(h.triplet.object)
-    return _Plan(item, chain, rounds, plans, wanted, rng)
+    return _Plan(item, chain, rounds, plans, wanted, rng, chain_keys, protected)
 
 
 def _fact_key(t: Triplet) -> tuple[str, str, str]:
@@ -214,11 +217,11 @@ def _fact_key(t: Triplet) -> tuple[str, str, str]:
 
 
 def _completion_triplets(first: Triplet, passages: Sequence[Passage], facts: FactIndex, plan: _Plan,
-                         noise: GoldNoise, protected: set[str], chain_keys: set[tuple[str, str, str]]
-                         ) -> tuple[list[Triplet], int]:
+                         noise: GoldNoise) -> tuple[list[Triplet], int]:
     """What a gold completion writes: `first`, every other fact the passages state about its pair (its entity
     and relation), then as many extraneous facts about the entity as `noise.triplets` draws (the passages state
     them; none is on the chain or points at a chain entity). Also how many of them are extraneous."""
+    chain_keys, protected = plan.chain_keys, plan.protected
     out = [first]
     seen = {_fact_key(first)}
     rel = normalize_answer(first.relation)
@@ -305,15 +308,12 @@ def gold_trajectories(
                                        for h, ps in zip(hops, hits)):
             reasons[UNSUPPORTED_HOP] += 1
             continue
-        chain_keys = {_fact_key(h.triplet) for h in pl.chain}
-        protected = {normalize_answer(x) for h in pl.chain for x in (h.triplet.subject, h.triplet.object)}
-        protected |= {normalize_answer(a) for a in pl.item.answers}
         rounds: list[list[GoldAsk]] = []
         local = dict.fromkeys(counts, 0)
         for hops, hits, cands, noise_ps, n in zip(pl.rounds, per_round_hits, pl.noise, per_round_noise, pl.wanted):
             asks = []
             for h, ps in zip(hops, hits):
-                trips, extra = _completion_triplets(h.triplet, ps, facts, pl, noise, protected, chain_keys)
+                trips, extra = _completion_triplets(h.triplet, ps, facts, pl, noise)
                 asks.append(GoldAsk(h.pair, tuple(trips), tuple(ps), needed=True))
                 local["pairs_needed"] += 1
                 local["triplets_needed"] += len(trips) - extra
@@ -322,7 +322,7 @@ def gold_trajectories(
             for (pair, fact), ps in zip(cands, noise_ps):
                 if added >= n or not facts.stated(fact, ps):
                     continue
-                trips, extra = _completion_triplets(fact.triplet, ps, facts, pl, noise, protected, chain_keys)
+                trips, extra = _completion_triplets(fact.triplet, ps, facts, pl, noise)
                 asks.append(GoldAsk(pair, tuple(trips), tuple(ps), needed=False))
                 added += 1
                 local["pairs_unneeded"] += 1
