@@ -7,7 +7,7 @@ facts a larger model adds. Both need to know which facts a passage states. Two s
 - a facts file (`data.facts`, or `facts.jsonl` beside the corpus file, as the synthetic world ships one): one JSON
   object a line, `{"subject", "relation", "object", "passage_id"}`; a fact is stated by the passage it names;
 - else the gold evidence of the train questions (`evidence.triples`, with `evidence.paragraph_ids` where they align
-  one to one): a fact without a passage id is stated by a passage that names both its entities (the rule of methods/gold_chain.py's `states`).
+  one to one): a fact without a passage id is stated by a passage that names both its entities (`states`, the rule every gold chain uses).
 """
 
 from __future__ import annotations
@@ -71,12 +71,7 @@ class FactIndex:
         """Whether one of `passages` states the fact."""
         if fact.passage_id is not None:
             return any(p.id == fact.passage_id for p in passages)
-        s, o = _key(fact.triplet.subject), _key(fact.triplet.object)
-        for p in passages:
-            words = f" {_key(p.title + ' ' + p.text)} "
-            if s and o and f" {s} " in words and f" {o} " in words:
-                return True
-        return False
+        return any(states(fact.triplet, p) for p in passages)
 
     def stated_about(self, entity: str, passages: Sequence[Passage]) -> list[Triplet]:
         """Every triplet about `entity` that `passages` state."""
@@ -116,6 +111,26 @@ class FactIndex:
             for i, t in enumerate(triples):
                 facts.append(Fact(Triplet(*map(str, t)), pids[i] if aligned else None))
         return cls(facts, source="the train questions' gold evidence")
+
+
+def passage_words(passage: Passage) -> str:
+    """A passage's title and text as normalized words, padded with a space each side (what `mentions`
+    searches; compute it once where many entities are looked up in one passage)."""
+    return f" {normalize_answer(passage.title + ' ' + passage.text)} "
+
+
+def mentions(entity: str, passage: Passage | str) -> bool:
+    """Whether `passage` (its title or text; or its `passage_words`) names `entity` (normalized words,
+    whole-word match)."""
+    e = normalize_answer(entity)
+    return bool(e) and f" {e} " in (passage if isinstance(passage, str) else passage_words(passage))
+
+
+def states(t: Triplet, passage: Passage | str) -> bool:
+    """Whether `passage` names both entities of the triplet (the rule by which TRACE's gold KG generator
+    writes a gold triple for a document)."""
+    words = passage if isinstance(passage, str) else passage_words(passage)
+    return mentions(t.subject, words) and mentions(t.object, words)
 
 
 def load_facts(facts_path: str | None, corpus_path: str | None, items: Iterable[QAItem]) -> FactIndex:

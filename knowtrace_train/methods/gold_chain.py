@@ -20,6 +20,7 @@ from typing import Sequence
 
 from knowtrace_train.data.schema import Passage, QAItem
 from knowtrace_train.kg import GuidancePair, Triplet
+from knowtrace_train.data.facts import mentions, passage_words, states  # noqa: F401  (shared with data/facts.py)
 from knowtrace_train.metrics import normalize_answer
 
 #: skip reasons: the item has no gold chain; a MuSiQue step names no entity; a hop's answer is not in
@@ -193,21 +194,3 @@ def supported(t: Triplet, passages: Sequence[Passage]) -> bool:
     return any(mentions(t.object, p) for p in passages)
 
 
-def passage_words(passage: Passage) -> str:
-    """A passage's title and text as normalized words, padded with a space each side (what `mentions`
-    searches; compute it once where many entities are looked up in one passage)."""
-    return f" {normalize_answer(passage.title + ' ' + passage.text)} "
-
-
-def mentions(entity: str, passage: Passage | str) -> bool:
-    """Whether `passage` (its title or text; or its `passage_words`) names `entity` (normalized words,
-    whole-word match)."""
-    e = normalize_answer(entity)
-    return bool(e) and f" {e} " in (passage if isinstance(passage, str) else passage_words(passage))
-
-
-def states(t: Triplet, passage: Passage | str) -> bool:
-    """Whether `passage` names both entities of the triplet (the rule by which TRACE's gold KG generator
-    writes a gold triple for a document)."""
-    words = passage if isinstance(passage, str) else passage_words(passage)
-    return mentions(t.subject, words) and mentions(t.object, words)
