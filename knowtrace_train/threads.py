@@ -6,14 +6,13 @@ thread itself sets it. So while a job runs beside (`selftrain/beside.py`: a mode
 the next stages), the job runs on the threads it was lent and the main thread on the rest. When the main
 thread takes them back is the schedule's choice:
 - held (`hold=True`, the loop's fixed schedule): when it joins the job (`end()`), at a point of the run that the
-  run itself fixes, so every stage runs on a thread count known in advance. On the project's AMX Xeon a model's
-  outputs and a LoRA step's weights differ on one thread and on two (bf16; fp32 products at a few rows too:
-  docs/training.md, "bf16 on a CPU depends on the thread count"): there only a held share gives the same results
-  whenever the job ends;
+  run itself fixes, so every stage runs on a thread count known in advance. Where a model's outputs and a LoRA
+  step's weights differ on one thread and on two (docs/training.md, "bf16 on a CPU depends on the thread count"),
+  only a held share gives the same results whenever the job ends;
 - followed: as soon as the job has ended, at the next `follow()`, which the main thread's training steps and
   generation calls make. The threads idle no longer than the job runs, but a stage's thread count depends on
-  timing; on the 2-core EPYC (fp32) the outputs were bitwise the same on one thread and on two (docs/training.md,
-  "Threads"), so there only the timings did.
+  timing: only where the outputs are bitwise the same on one thread and on two are the results independent of
+  when the job ends (docs/training.md, "Threads").
 """
 
 from __future__ import annotations

@@ -240,3 +240,21 @@ def test_only_the_training_band_compares_a_training_modes_name():
     wrong = {module: found for module, path in _modules() if not module.startswith("knowtrace_train.train")
              and (found := mode_name_comparisons(path.read_text(encoding="utf-8"), names))}
     assert not wrong, f"modules that compare a training mode's name: {wrong}"
+
+
+#: words that name one machine's processor: a measurement on it belongs in the docs, not in the code
+MACHINE_WORDS = ("epyc", "xeon", "sapphire rapids", "2-core")
+
+
+def _machine_findings(text: str) -> list[str]:
+    return [line.strip() for line in text.splitlines() if any(w in line.lower() for w in MACHINE_WORDS)]
+
+
+def test_the_machine_check_finds_a_processor_named_in_a_docstring():
+    assert _machine_findings('"""On the project\'s 2-core EPYC this took 3 s."""') != []
+    assert _machine_findings('"""bf16 where the CPU has AVX512-BF16 (docs/training.md)."""') == []
+
+
+def test_no_package_module_names_a_machine_it_was_measured_on():
+    found = {str(p.relative_to(PKG.parent)): _machine_findings(p.read_text()) for p in sorted(PKG.rglob("*.py"))}
+    assert {k: v for k, v in found.items() if v} == {}

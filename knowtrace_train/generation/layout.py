@@ -3,10 +3,7 @@
 In bf16 (`PackedLinear`, `pack_linears`): oneDNN, which multiplies bf16 matrices on CPUs, reorders an [out, in]
 weight into its blocked layout at every call, a copy of the whole weight for a product of a few rows. The
 blocked copy, made once (`torch.ops.mkldnn._reorder_linear_weight`, the packing PyTorch's own compiler uses),
-gives the same values at a decoding step's few rows, and on the project's 2-core AMX Xeon (one thread, bf16) took
-a [8, 576] x [576, 1536] product from 176 to 77 us and the LM head at 8 rows from 6.5 to 2.9 ms
-(docs/generation.md). An evaluation of 24 questions on 2 threads took 1.335 against 1.445 s a question (1.08x),
-the same trajectories.
+gives the same values at a decoding step's few rows in less time (docs/generation.md has the measurements).
 
 In fp32 (`TransposedLinear`, `transpose_linears`):
 
@@ -62,9 +59,8 @@ class PackedLinear(nn.Module):
     """`nn.Linear`'s product on oneDNN's blocked copy of its bf16 weight, made once (frozen: for inference on a CPU),
     for inputs of up to `PACKED_MAX_ROWS` rows (decoding steps, short prefills); longer inputs multiply by the
     [out, in] weight, which the module keeps (so a model's linear weights take twice their memory). Both give the
-    same values bit for bit where measured (the AMX Xeon, 1 and 2 threads: every row count up to 256 for the
-    model's shapes; at 300 and 512 rows on 2 threads oneDNN split the two products otherwise and a few outputs
-    rounded apart, which changed 7 of 24 trajectories of an evaluation), so decoding is unchanged. The packed copy
+    same values bit for bit up to `PACKED_MAX_ROWS` rows where measured (docs/generation.md; above it oneDNN may
+    split the two products otherwise), so decoding is unchanged. The packed copy
     is an opaque oneDNN tensor (not a parameter: `state_dict` and `.to()` do not see it)."""
 
     def __init__(self, linear: nn.Linear) -> None:

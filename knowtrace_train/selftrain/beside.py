@@ -1,25 +1,22 @@
 """A model's dev evaluation on a worker thread beside the loop's next stages (`eval_beside`).
 
 The evaluation of M(z) needs nothing of iteration z+1, whose rollouts and training need nothing of it;
-the raw base's evaluation needs nothing of the bootstrap. On a CPU these stages use two threads poorly:
-on the 2-core EPYC one thread decoded nearly as fast as two (324 against 302 ms a step at 32 rows), and
-two decoding streams beside each other, one thread each, made 1.41x the rows per second of one stream on
-two threads (docs/training.md, "Threads"). So the loop runs an evaluation on a worker thread with half the
-process's threads, the next stages on the main thread with the other half, and finishes the model's row when
-it joins the evaluation, so rows come in order. Training gained more from a second thread (1.48x on the EPYC).
+the raw base's evaluation needs nothing of the bootstrap. On a CPU decoding uses a second thread poorly and
+training well (docs/training.md, "Threads", has the measurements). So the loop runs an evaluation on a worker
+thread with half the process's threads, the next stages on the main thread with the other half, and finishes the
+model's row when it joins the evaluation, so rows come in order.
 
 The schedule is fixed (`eval_beside_fixed`, the default): M(z)'s evaluation runs beside iteration z+1's
 rollouts and is joined before iteration z+1's training; the main thread keeps its half until then, however early
 the evaluation ends (`threads.ThreadShare`, held), and the training and the bootstrap run in turn on every thread.
 The last evaluation runs on the main thread on an evaluation's half, the raw base's beside it on the other (or,
-where M0 is the raw base, as M0's). So every stage runs on a thread count the schedule fixes: on the project's AMX
-Xeon products round differently on one thread and on two (bf16 everywhere, fp32 at a few rows), and a thread count
+where M0 is the raw base, as M0's). So every stage runs on a thread count the schedule fixes: where products round
+differently on one thread and on two (docs/training.md, "bf16 on a CPU depends on the thread count"), a thread count
 that changed with timing made two runs of the same code differ; and every model's row is decoded on the same
 thread count, so the paired tests between rows compare models, not roundings. `eval_beside_fixed: false` is the schedule before
 it: the raw base's evaluation beside the bootstrap, M(z)'s beside iteration z+1's rollouts and training until the
 next evaluation is due, the main thread taking the threads back as soon as the evaluation ends. Where the thread
-count changes nothing (fp32 on the 2-core EPYC, measured on whole runs) both give the outputs of evaluations in
-turn.
+count changes nothing both give the outputs of evaluations in turn.
 
 Off under several processes (the stages meet at barriers), with the vLLM backend (one engine per GPU)
 and on GPUs (not measured); `eval_beside: true` asks for it on a GPU with the transformers backend.

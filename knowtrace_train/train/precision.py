@@ -13,9 +13,8 @@ __all__ = ["NATIVE_BF16_FLAGS", "cpu_has_native_bf16", "frozen_in_bf16", "resolv
 
 def resolve_precision(precision: str, device: str) -> tuple[str, str]:
     """(fp32|bf16|fp16, why). 'auto' takes bf16 on GPUs that support it (else fp16) and on CPUs with native
-    bf16 (AVX512-BF16 or AMX), fp32 on other CPUs, where bf16 is emulated and slower than fp32. On the
-    project's idle 2-core AVX512-BF16 EPYC, bf16 autocast trained SmolLM2-135M 1.25x faster than fp32 with
-    one record per forward pass (135 against 108 tokens/s) and 1.5x with padding-free batches of 4."""
+    bf16 (AVX512-BF16 or AMX), fp32 on other CPUs, where bf16 is emulated and slower than fp32 (docs/training.md
+    has the measurements)."""
     if precision != "auto":
         return precision, "set in the config"
     if device == "cuda":
@@ -40,8 +39,8 @@ def frozen_in_bf16(model, config, precision: str, device: str) -> int:
     """Cast, once, the frozen weights a LoRA model's linear layers multiply by to bf16: each LoRA layer's base
     weight and the LM head (untied from the input embedding, which stays fp32). For CPU training in bf16, where
     the weights are loaded in fp32 and the Trainer autocasts: autocast rounds a frozen weight to bf16 again at
-    every call (it caches only the casts of weights that train), and those casts took about a quarter of a
-    step on the project's AMX Xeon. Autocast would round them the same way, so every product, loss and gradient
+    every call (it caches only the casts of weights that train; docs/training.md, `frozen_bf16`, has their cost).
+    Autocast would round them the same way, so every product, loss and gradient
     is bit-identical (tests/test_train.py); the LoRA weights, the norms and the embedding stay fp32. It also turns
     off PEFT's cast of each LoRA layer's input to the LoRA weights' dtype, which autocast undoes (the same values).
     Acts where the training `config` (a LoraTrainConfig) sets `frozen_bf16` and trains in `precision` bf16 on

@@ -132,9 +132,8 @@ def _normalized(trainer, model, loss_sum, correct, valid, num_items_in_batch):
     return loss
 
 
-#: a forward pass's fixed cost in positions, for `remainder_batches`: on the 2-core AMX Xeon one training pass
-#: (forward and backward, bf16) of 16 tokens took 0.25 s and 800 tokens 1.7 s, so a pass costs about as much as
-#: 140 more positions in one
+#: a forward pass's fixed cost in positions, for `remainder_batches` (docs/training.md, "One pass for a group's
+#: remainders", has the timings it comes from)
 PASS_COST = 128
 
 
