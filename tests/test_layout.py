@@ -58,9 +58,9 @@ def test_a_lower_band_never_imports_a_higher_one(module, path):
     assert not wrong, f"{module} ({band}) imports {wrong}"
 
 
-#: the methods band's own shared modules: what a method is, generic STaR, hinted reruns, batched calls, the gold
-#: hop chain and what the methods' gold trajectories share beyond it
-METHODS_SHARED = ("base", "star", "hints", "calls", "gold_chain", "gold_records")
+#: the methods band's own shared modules: what a method is, generic STaR, hinted reruns, batched calls, the engines'
+#: plumbing, the gold hop chain and what the methods' gold trajectories share beyond it
+METHODS_SHARED = ("base", "star", "hints", "calls", "engine", "gold_chain", "gold_records")
 
 
 def test_only_the_registry_names_a_method_among_the_methods():

@@ -40,7 +40,8 @@ from knowtrace_train.data.schema import Passage, QAItem
 from knowtrace_train.decisions import DecisionPrompt
 from knowtrace_train.methods.baselines.common import ANSWER_MARK, COT_STOP, clean_answer, extract_answer, first_sentence
 from knowtrace_train.methods.baselines.config import IRCOT, ITER_RETGEN, RA_COT, REACT, REASON, SELF_ASK, BaselineConfig
-from knowtrace_train.methods.baselines.runner import Live, Runner, Step
+from knowtrace_train.methods.baselines.runner import Live, Runner
+from knowtrace_train.methods.engine import Job
 from knowtrace_train.methods.baselines.self_ask import FINAL, NEEDED
 from knowtrace_train.methods.base import get_method
 from knowtrace_train.methods.gold_chain import NO_CHAIN, NO_CHAIN_ENTITY, UNSUPPORTED_HOP, Hop, checked_chain
@@ -192,15 +193,15 @@ class GoldRunner(Runner):
     def count_tokens(self, text: str) -> int:
         return self.count(text)
 
-    def generate(self, steps: Sequence[Step]) -> list[ModelCall]:
+    def generate(self, steps: Sequence[Job]) -> list[ModelCall]:
         calls = []
         for s in steps:
-            script = self.scripts[s.live.item.id]
-            index = len(s.live.traj.calls)
+            script = self.scripts[s.state.item.id]
+            index = len(s.state.traj.calls)
             text = script[index].text if s.kind == REASON and index < len(script) else None
-            calls.append(gold_call(s.live.traj, s.kind, s.round, s.prompt, text, self.count, prefix=s.prefix,
+            calls.append(gold_call(s.state.traj, s.kind, s.round, s.prompt, text, self.count, prefix=s.prefix,
                                    passage_ids=[p.id for p in s.passages],
-                                   retrieved_tokens=self._passage_tokens(s.passages)))
+                                   retrieved_tokens=self.passage_tokens(s.passages)))
         return calls
 
 

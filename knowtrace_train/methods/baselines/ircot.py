@@ -19,7 +19,8 @@ from knowtrace_train.methods.baselines.common import (
     normalized,
 )
 from knowtrace_train.methods.baselines.config import ANSWER, IRCOT, REASON, IRCoTConfig
-from knowtrace_train.methods.baselines.runner import BaselineStrategy, Live, Runner, Step
+from knowtrace_train.methods.baselines.runner import BaselineStrategy, Live, Runner
+from knowtrace_train.methods.engine import Job
 
 
 class IRCoT(BaselineStrategy):
@@ -30,10 +31,10 @@ class IRCoT(BaselineStrategy):
     def _prefix(self, lv: Live) -> str:
         return " ".join(["Answer:", *lv.state["chain"]])
 
-    def _step(self, lv: Live, kind: str, rnd: int, extra: str = "") -> Step:
+    def _step(self, lv: Live, kind: str, rnd: int, extra: str = "") -> Job:
         cfg = self.config
         prefix = self._prefix(lv) + extra
-        return Step(lv, kind, rnd, cot_prompt(lv.item.question, lv.passages, fewshot=cfg.fewshot), prefix=prefix,
+        return Job(lv, kind, rnd, cot_prompt(lv.item.question, lv.passages, fewshot=cfg.fewshot), prefix=prefix,
                     stop=COT_STOP, max_new_tokens=cfg.max_new_tokens if kind == REASON else cfg.answer_tokens,
                     passages=tuple(lv.passages))
 
@@ -55,7 +56,7 @@ class IRCoT(BaselineStrategy):
             stopped: list[tuple[Live, str]] = []
             querying: list[tuple[Live, str]] = []
             for step, call in zip(steps, r.generate(steps)):
-                lv = step.live
+                lv = step.state
                 lv.traj.rounds = rnd
                 sentence = first_sentence(r.new_text(call, step))
                 call.parsed = {"sentence": sentence}

@@ -5,7 +5,8 @@ from __future__ import annotations
 from knowtrace_train.methods.baselines.common import COT_STOP, cot_prompt
 from knowtrace_train.methods.baselines.config import ITER_RETGEN, REASON, IterRetGenConfig
 from knowtrace_train.methods.baselines.ra_cot import read_cot_answer
-from knowtrace_train.methods.baselines.runner import BaselineStrategy, Live, Runner, Step
+from knowtrace_train.methods.baselines.runner import BaselineStrategy, Live, Runner
+from knowtrace_train.methods.engine import Job
 
 
 def next_query(question: str, generation: str | None) -> str:
@@ -27,10 +28,10 @@ class IterRetGen(BaselineStrategy):
         for rnd in range(1, cfg.max_rounds + 1):
             t0 = r.begin_step()
             found = r.search(lives, [next_query(lv.item.question, lv.state.get("generation")) for lv in lives], rnd)
-            steps = [Step(lv, REASON, rnd, cot_prompt(lv.item.question, ps, fewshot=cfg.fewshot), prefix="Answer:",
+            steps = [Job(lv, REASON, rnd, cot_prompt(lv.item.question, ps, fewshot=cfg.fewshot), prefix="Answer:",
                           stop=COT_STOP, max_new_tokens=cfg.max_new_tokens, passages=ps) for lv, ps in zip(lives, found)]
             for step, call in zip(steps, r.generate(steps)):
-                lv = step.live
+                lv = step.state
                 lv.traj.rounds = rnd
                 text = r.new_text(call, step)
                 answer = read_cot_answer(call, text)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from knowtrace_train.methods.baselines.common import COT_STOP, cot_prompt, extract_answer, last_sentence
 from knowtrace_train.methods.baselines.config import RA_COT, REASON, RACoTConfig
-from knowtrace_train.methods.baselines.runner import BaselineStrategy, Live, Runner, Step
+from knowtrace_train.methods.baselines.runner import BaselineStrategy, Live, Runner
+from knowtrace_train.methods.engine import Job
 from knowtrace_train.trajectory import ModelCall
 
 NO_ANSWER = 'no "So the answer is:" in the chain of thought; its last sentence is taken as the answer'
@@ -30,11 +31,11 @@ class RACoT(BaselineStrategy):
         cfg = self.config
         t0 = r.begin_step()
         found = r.search(lives, [lv.item.question for lv in lives], 1)
-        steps = [Step(lv, REASON, 1, cot_prompt(lv.item.question, ps, fewshot=cfg.fewshot), prefix="Answer:",
+        steps = [Job(lv, REASON, 1, cot_prompt(lv.item.question, ps, fewshot=cfg.fewshot), prefix="Answer:",
                       stop=COT_STOP, max_new_tokens=cfg.max_new_tokens, passages=ps) for lv, ps in zip(lives, found)]
         calls = r.generate(steps)
         for step, call in zip(steps, calls):
-            lv = step.live
+            lv = step.state
             lv.traj.rounds = 1
             text = r.new_text(call, step)
             answer = read_cot_answer(call, text)

@@ -19,7 +19,8 @@ from knowtrace_train.methods.baselines.common import (
     passages_block,
 )
 from knowtrace_train.methods.baselines.config import ANSWER, REACT, REASON, ReActConfig
-from knowtrace_train.methods.baselines.runner import BaselineStrategy, Live, Runner, Step
+from knowtrace_train.methods.baselines.runner import BaselineStrategy, Live, Runner
+from knowtrace_train.methods.engine import Job
 
 INSTRUCTION = ("Solve the question with interleaving Thought, Action and Observation steps. Thought reasons "
                "about the situation; Action is one of: Search[...], which searches the documents for the query in "
@@ -102,7 +103,7 @@ class ReAct(BaselineStrategy):
             acts: dict[int, tuple[dict, object]] = {}
             no_action: list[Live] = []
             for step, call in zip(steps, r.generate(steps)):
-                lv = step.live
+                lv = step.state
                 lv.traj.rounds = rnd
                 text = r.new_text(call, step)
                 act = parse_action(text)
@@ -119,10 +120,10 @@ class ReAct(BaselineStrategy):
                                            suffix=f"\nAction {rnd}:")
             for step, call in zip(asked, r.generate(asked)):
                 text = r.new_text(call, step)
-                act = parse_action(f"{acts[id(step.live)][0]['thought']}\nAction {rnd}:{text}")
+                act = parse_action(f"{acts[id(step.state)][0]['thought']}\nAction {rnd}:{text}")
                 call.parsed = act
-                step.live.transcript += f"\nAction {rnd}:{text.rstrip()}"
-                acts[id(step.live)] = (act, call)
+                step.state.transcript += f"\nAction {rnd}:{text.rstrip()}"
+                acts[id(step.state)] = (act, call)
             searching: list[tuple[Live, str]] = []
             observed: list[tuple[Live, str]] = []
             for lv in active:
@@ -154,7 +155,7 @@ class ReAct(BaselineStrategy):
         steps = []
         for lv in lives:
             head = lv.transcript.rsplit(f"\nThought {rnd + 1}:", 1)[0]
-            steps.append(Step(lv, ANSWER, rnd, text_prompt, prefix=f"{head}\nAction {rnd + 1}: Finish[",
+            steps.append(Job(lv, ANSWER, rnd, text_prompt, prefix=f"{head}\nAction {rnd + 1}: Finish[",
                               stop=("]", "\n"), max_new_tokens=self.config.answer_tokens,
                               passages=tuple(lv.shown)))
         r.forced_answers(steps, ["max_rounds"] * len(steps))

@@ -109,7 +109,7 @@ class SelfAsk(BaselineStrategy):
             stopped: list[tuple[Live, str]] = []
             asking: list[tuple[Live, str]] = []
             for step, call in zip(steps, r.generate(steps)):
-                lv = step.live
+                lv = step.state
                 text = r.new_text(call, step)
                 parsed = parse_step(text)
                 call.parsed = parsed
