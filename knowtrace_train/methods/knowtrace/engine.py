@@ -15,29 +15,24 @@ new triplet ("no_progress"), or when exploration gives neither an answer nor a u
 with one forced answering call over the graph (without it, Algorithm 1 as written: no
 prediction). Model text never stops a run: unusable outputs are recorded on the call.
 
-Wall time per question (the rule): each batched model call's time is split among its
-requests in proportion to their tokens (prompt + output); each batched retrieval's time is
-split equally among its queries; the engine's own work between batches (rendering,
-parsing, graph updates) is split equally among the questions active in that round. The
-shares of one question add up to its `wall_time`; the shares of all questions add up to
-the run's time.
+Wall time per question follows methods/engine.py's rule (a batched call's time split by tokens, a
+retrieval's equally among its queries, the engine's own work equally among the round's questions): the
+shares of one question add up to its `wall_time`; the shares of all questions add up to the run's time.
 """
 
 from __future__ import annotations
 
 import logging
-import time
 from collections import deque
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
-from knowtrace_train.data.schema import Passage, QAItem
-from knowtrace_train.decisions import decide_jobs, require_scorer
+from knowtrace_train.data.schema import QAItem
+from knowtrace_train.decisions import require_scorer
 from knowtrace_train.generation.base import Generator
 from knowtrace_train.kg import GuidancePair, TracedTriplet
 from knowtrace_train.methods.base import check_width
-from knowtrace_train.methods.calls import CallSpec, PassageTokens, generate_calls
-from knowtrace_train.methods.hints import trajectory_id
+from knowtrace_train.methods.engine import Engine, InFlight, Job, new_trajectory
 from knowtrace_train.methods.knowtrace.config import ANSWER, COMPLETE, EXPLORE, KG_TO_TEXT, STRATEGY_NAME, KnowTraceConfig
 from knowtrace_train.methods.knowtrace.outputs import JUDGEMENT
 from knowtrace_train.methods.knowtrace.parsing import ExplorationResult, parse_completion, parse_exploration, parse_kg_text
@@ -51,8 +46,8 @@ from knowtrace_train.methods.knowtrace.prompts import (
     render_kg_to_text_prompt,
     render_passage,
 )
-from knowtrace_train.retrieval.base import RetrievalError, Retriever, ScoredPassage, pair_to_query, search_each
-from knowtrace_train.trajectory import ModelCall, Trajectory
+from knowtrace_train.retrieval.base import RetrievalError, Retriever, pair_to_query
+from knowtrace_train.trajectory import Trajectory
 
 log = logging.getLogger(__name__)
 
@@ -60,41 +55,21 @@ log = logging.getLogger(__name__)
 _STOPS = {EXPLORE: EXPLORE_STOP, ANSWER: EXPLORE_STOP, COMPLETE: COMPLETE_STOP, KG_TO_TEXT: KG_TO_TEXT_STOP}
 
 @dataclass
-class _State:
+class _State(InFlight):
     """One question in flight."""
 
-    item: QAItem
-    traj: Trajectory
     #: KG-to-Text output for the graph's first `kg_text_size` triplets
     kg_text: str | None = None
     kg_text_size: int = 0
     #: why the question stopped without an answer (then it gets a forced answering call)
     pending_stop: str | None = None
-    done: bool = False
     #: the round the question is in (1 in its first step)
     round: int = 0
 
 
-@dataclass
-class _Job:
-    """A model call to make for one question."""
-
-    state: _State
-    kind: str
-    round: int
-    prompt: str
-    pair: GuidancePair | None = None
-    passages: tuple[Passage, ...] = ()
-    #: text sent after the prompt as the start of the answer, recorded as part of the output
-    prefill: str = ""
-    #: the judgement decided from the scores (`judgement_threshold`): fed after `prefill`, recorded as output
-    decided: str = ""
-    #: its log P(Yes) - log P(No)
-    log_odds: float | None = None
-
-
-class KnowTrace:
-    """Algorithm 1 over many questions at once. Uses only the Generator and Retriever protocols."""
+class KnowTrace(Engine):
+    """Algorithm 1 over many questions at once (its plumbing methods/engine.py's). Uses only the Generator and
+    Retriever protocols."""
 
     name = STRATEGY_NAME
     #: `run` takes `width` (methods.base.run_strategy)
@@ -102,7 +77,6 @@ class KnowTrace:
 
     def __init__(self, config: KnowTraceConfig | None = None) -> None:
         self.config = config or KnowTraceConfig()
-        self._passage_tokens = PassageTokens(render_passage, lambda text: self._generator.count_tokens(text))
 
     # -- public -------------------------------------------------------------------
     def run(
@@ -119,22 +93,10 @@ class KnowTrace:
         check_width(width)
         if cfg.judgement_threshold is not None:
             require_scorer(generator, "strategy knowtrace with judgement_threshold")
-        states = [
-            _State(
-                item=it,
-                traj=Trajectory(
-                    id=trajectory_id(it),  # `<id>#hint` for a hinted (rationalization) rerun
-                    question_id=it.id,
-                    question=it.question,
-                    answers=list(it.answers),
-                    dataset=it.dataset,
-                    strategy=self.name,
-                    meta={"kg_format": cfg.kg_format, "max_rounds": cfg.max_rounds, "passages": cfg.passages, "events": []},
-                ),
-            )
-            for it in items
-        ]
-        self._generator, self._retriever, self._on_done = generator, retriever, on_done
+        states = [_State(item=it, traj=new_trajectory(it, self.name, {
+            "kg_format": cfg.kg_format, "max_rounds": cfg.max_rounds, "passages": cfg.passages, "events": []}))
+            for it in items]
+        self.bind(generator, retriever, on_done, render_passage)
         waiting = deque(states)
         active: list[_State] = []
         while waiting or active:
@@ -151,19 +113,17 @@ class KnowTrace:
     # -- one step: each active question's next round -------------------------------
     def _round(self, active: list[_State]) -> None:
         cfg = self.config
-        t_round = time.perf_counter()
-        batch_time = 0.0
+        t_round = self.begin_step()
 
         if cfg.kg_format == "text":
-            batch_time += self._refresh_kg_text(active)
+            self._refresh_kg_text(active)
 
         # 1. Knowledge exploration, one batch.
-        prefill = JUDGEMENT if cfg.prefill_judgement else ""
-        jobs = [_Job(s, EXPLORE, s.round, self._exploration_prompt(s), prefill=prefill) for s in active]
+        prefix = JUDGEMENT if cfg.prefill_judgement else ""
+        jobs = [self._job(s, EXPLORE, self._exploration_prompt(s), prefix=prefix) for s in active]
         if cfg.judgement_threshold is not None:
-            batch_time += self._decide(jobs)
-        calls, dt = self._generate(jobs)
-        batch_time += dt
+            self._decide(jobs)
+        calls = self.generate(jobs)
         to_complete: list[tuple[_State, GuidancePair, int]] = []
         stopped: list[_State] = []
         for job, call in zip(jobs, calls):
@@ -195,26 +155,24 @@ class KnowTrace:
                 s.traj.graph.note_expansion_point(p.entity, round=s.round, call=call.index)
                 to_complete.append((s, p, call.index))
 
-        # 2. One batched retrieval for every guidance pair.
-        t0 = time.perf_counter()
-        hits = self._search([pair_to_query(p.entity, p.guidance) for _, p, _ in to_complete], [s for s, _, _ in to_complete])
-        dt = time.perf_counter() - t0
-        batch_time += dt
-        for s, _, _ in to_complete:
-            s.traj.wall_time += dt / len(to_complete)
+        # 2. One batched retrieval for every guidance pair (a query the retriever refuses is recorded, finds nothing).
+        queries = [pair_to_query(p.entity, p.guidance) for _, p, _ in to_complete]
+        hits = self.search(queries, [s for s, _, _ in to_complete])
+        for (s, _, _), q, found in zip(to_complete, queries, hits):
+            if isinstance(found, RetrievalError):
+                s.traj.meta["events"].append({"round": s.round, "query": q, "event": f"retrieval error: {found}"})
 
         # 3. Knowledge completion, one batch (a pair with no passage is skipped and recorded).
         jobs = []
         for (s, p, _), found in zip(to_complete, hits):
-            passages = tuple(h.passage for h in found)
+            passages = () if isinstance(found, RetrievalError) else tuple(found)
             if not passages:
                 s.traj.meta["events"].append({"round": s.round, "pair": [p.entity, p.guidance], "event": "empty retrieval"})
                 continue
             prompt = render_completion_prompt(p, passages, fewshot=cfg.fewshot.complete, prompt_set=cfg.prompts)
-            jobs.append(_Job(s, COMPLETE, s.round, prompt, pair=p, passages=passages))
+            jobs.append(self._job(s, COMPLETE, prompt, pair=p, passages=passages))
         size_before = {id(s): len(s.traj.graph.triplets) for s, _, _ in to_complete}
-        calls, dt = self._generate(jobs)
-        batch_time += dt
+        calls = self.generate(jobs)
         for job, call in zip(jobs, calls):
             if call.error is not None:
                 continue
@@ -240,9 +198,7 @@ class KnowTrace:
                 stopped.append(s)
 
         # Bookkeeping time of this round, shared equally by the round's questions.
-        overhead = max(0.0, time.perf_counter() - t_round - batch_time)
-        for s in active:
-            s.traj.wall_time += overhead / len(active)
+        self.end_step(active, t_round)
 
         if stopped:
             stopped.sort(key=lambda s: active.index(s))
@@ -253,6 +209,12 @@ class KnowTrace:
                     self._conclude(s, ExplorationResult(), s.pending_stop or "max_rounds")
 
     # -- the parts ----------------------------------------------------------------
+    def _job(self, s: _State, kind: str, prompt: str, **more: Any) -> Job:
+        """A call of `kind` in the question's round, with that kind's token limit, stop strings and adapter."""
+        cfg = self.config
+        return Job(s, kind, s.round, prompt, getattr(cfg.max_new_tokens, kind), _STOPS[kind],
+                   adapter=getattr(cfg.roles, kind), **more)
+
     def _exploration_prompt(self, s: _State) -> str:
         cfg = self.config
         return render_exploration_prompt(
@@ -264,16 +226,15 @@ class KnowTrace:
             prompt_set=cfg.prompts,
         )
 
-    def _refresh_kg_text(self, states: list[_State]) -> float:
+    def _refresh_kg_text(self, states: list[_State]) -> None:
         """KG-to-Text: one batched call for every question whose graph grew since its last text."""
         cfg = self.config
         stale = [s for s in states if s.traj.graph.triplets and s.kg_text_size != len(s.traj.graph.triplets)]
         jobs = [
-            _Job(s, KG_TO_TEXT, s.round, render_kg_to_text_prompt([t.triplet for t in s.traj.graph.triplets], fewshot=cfg.fewshot.kg_to_text))
+            self._job(s, KG_TO_TEXT, render_kg_to_text_prompt([t.triplet for t in s.traj.graph.triplets], fewshot=cfg.fewshot.kg_to_text))
             for s in stale
         ]
-        calls, dt = self._generate(jobs)
-        for job, call in zip(jobs, calls):
+        for job, call in zip(jobs, self.generate(jobs)):
             s = job.state
             text = parse_kg_text(call.output) if call.error is None else ""
             call.parsed = {"text": text}
@@ -281,18 +242,16 @@ class KnowTrace:
                 call.error = call.error or "empty KG-to-Text output (the graph is shown as triplets instead)"
                 text = "\n".join(t.triplet.render() for t in s.traj.graph.triplets)
             s.kg_text, s.kg_text_size = text, len(s.traj.graph.triplets)
-        return dt
 
     def _finish_unanswered(self, states: list[_State]) -> None:
         """The forced answering call for questions that stopped without an answer, one batch."""
         cfg = self.config
-        t0 = time.perf_counter()
-        dt = self._refresh_kg_text(states) if cfg.kg_format == "text" else 0.0
+        t0 = self.begin_step()
+        if cfg.kg_format == "text":
+            self._refresh_kg_text(states)
         # the exploration prompt, its answer started with the judgement fixed to Yes and `Thought:`
-        jobs = [_Job(s, ANSWER, s.round, self._exploration_prompt(s), prefill=answer_prefix(cfg.prompts)) for s in states]
-        calls, gen_dt = self._generate(jobs)
-        dt += gen_dt
-        for job, call in zip(jobs, calls):
+        jobs = [self._job(s, ANSWER, self._exploration_prompt(s), prefix=answer_prefix(cfg.prompts)) for s in states]
+        for job, call in zip(jobs, self.generate(jobs)):
             if call.error is None:
                 res = parse_exploration(call.output, cut=call.finish_reason == "length")
             else:
@@ -300,45 +259,17 @@ class KnowTrace:
             call.parsed = res.to_dict()
             call.error = res.error if call.error is None else call.error
             self._conclude(job.state, res, job.state.pending_stop or "max_rounds")
-        overhead = max(0.0, time.perf_counter() - t0 - dt)
-        for s in states:
-            s.traj.wall_time += overhead / len(states)
+        self.end_step(states, t0)
 
     def _conclude(self, s: _State, res: ExplorationResult, reason: str) -> None:
-        s.traj.prediction = res.answer if res.answer else None
-        s.traj.thought = res.thought
-        s.traj.stop_reason = reason
-        s.done = True
-        if self._on_done is not None:
-            self._on_done(s.traj)
+        self.finish(s, res.answer, reason, thought=res.thought)
 
-    def _decide(self, jobs: list[_Job]) -> float:
+    def _decide(self, jobs: list[Job]) -> None:
         """The sufficiency judgement of each exploration as a calibrated decision (`decisions.decide_jobs`): P(" Yes")
         and P(" No") after the judgement words (one batched scoring, no decoding), Yes where the log-odds exceed
         `judgement_threshold` (sampled at the strategy's temperature, on the call's own seeded stream). The chosen
         word is fed after the judgement words and recorded as the model's output: training puts its loss on it,
-        as on any generated token. A request the scorer refuses is left to greedy decoding. Returns the seconds,
+        as on any generated token. A request the scorer refuses is left to greedy decoding. The seconds are
         shared among the jobs' questions."""
         cfg = self.config
-        return decide_jobs(self._generator, jobs, prefix=JUDGEMENT, role=cfg.roles.explore,
-                           threshold=cfg.judgement_threshold, temperature=cfg.temperature, seed=cfg.seed,
-                           stream="judgement")
-
-    def _generate(self, jobs: list[_Job]) -> tuple[list[ModelCall], float]:
-        """One batched generate() for `jobs`, a ModelCall recorded on each job's trajectory (methods/calls.py)."""
-        cfg = self.config
-        specs = [CallSpec(j.state.traj, j.kind, j.round, j.prompt, getattr(cfg.max_new_tokens, j.kind), _STOPS[j.kind],
-                          prefix=j.prefill, decided=j.decided, passage_ids=tuple(p.id for p in j.passages),
-                          retrieved_tokens=self._passage_tokens(j.passages), pair=j.pair,
-                          adapter=getattr(cfg.roles, j.kind)) for j in jobs]
-        return generate_calls(self._generator, specs, temperature=cfg.temperature, seed=cfg.seed)
-
-    def _search(self, queries: list[str], owners: list[_State]) -> list[list[ScoredPassage]]:
-        """One batched search; a query the retriever refuses is recorded and finds nothing."""
-        hits = []
-        for q, s, found in zip(queries, owners, search_each(self._retriever, queries, self.config.passages)):
-            if isinstance(found, RetrievalError):
-                s.traj.meta["events"].append({"round": s.round, "query": q, "event": f"retrieval error: {found}"})
-                found = []
-            hits.append(found)
-        return hits
+        self.decide(jobs, prefix=JUDGEMENT, role=cfg.roles.explore, threshold=cfg.judgement_threshold, stream="judgement")
