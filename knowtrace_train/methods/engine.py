@@ -19,7 +19,7 @@ from knowtrace_train.generation.base import Generator
 from knowtrace_train.kg import GuidancePair
 from knowtrace_train.methods.calls import CallSpec, PassageTokens, generate_calls
 from knowtrace_train.methods.hints import trajectory_id
-from knowtrace_train.retrieval.base import RetrievalError, Retriever, search_each
+from knowtrace_train.retrieval.base import RetrievalError, Retriever, passage_text, search_each
 from knowtrace_train.trajectory import ModelCall, Trajectory
 
 
@@ -67,9 +67,10 @@ class Engine:
     config: Any
 
     def bind(self, generator: Generator, retriever: Retriever | None, on_done: Callable[[Trajectory], None] | None,
-             render_passage: Callable[[Passage], str], adapter: str | None = None) -> None:
+             render_passage: Callable[[Passage], str] = passage_text, adapter: str | None = None) -> None:
         """Start a run. `render_passage`: a passage as the engine's prompts show it (its tokens are a call's
-        `retrieved_tokens`); `adapter`: the adapter of every call (None: each job's, else its kind)."""
+        `retrieved_tokens`; an engine that shows none leaves it); `adapter`: the adapter of every call (None: each
+        job's, else its kind)."""
         self.generator, self.retriever, self.on_done, self.adapter = generator, retriever, on_done, adapter
         self.passage_tokens = PassageTokens(render_passage, lambda text: self.count_tokens(text))
         self._batch_time = 0.0

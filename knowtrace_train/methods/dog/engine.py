@@ -34,16 +34,15 @@ from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 from knowtrace_train.data.schema import QAItem
-from knowtrace_train.decisions import decide_jobs, require_scorer
+from knowtrace_train.decisions import require_scorer
 from knowtrace_train.generation.base import Generator
 from knowtrace_train.kg import GuidancePair, Triplet, TracedTriplet
 from knowtrace_train.kg_store import GraphStore, KGStoreError
-from knowtrace_train.methods.calls import CallSpec, generate_calls
+from knowtrace_train.methods.engine import Engine, InFlight, Job, new_trajectory
 import knowtrace_train.methods.dog.prompts as prompts
 from knowtrace_train.methods.dog.config import ANSWER_TRY, CRITIC, FALLBACK, RELATION, DoGConfig
 from knowtrace_train.methods.dog.graph import build_store, is_endpoint, topic_entity
 from knowtrace_train.methods.dog.parsing import parse_answer, parse_answer_try, parse_relation, parse_turn
-from knowtrace_train.methods.hints import trajectory_id
 from knowtrace_train.metrics import normalize_answer
 from knowtrace_train.trajectory import ModelCall, Trajectory
 
@@ -51,9 +50,7 @@ log = logging.getLogger(__name__)
 
 
 @dataclass
-class _State:
-    item: QAItem
-    traj: Trajectory
+class _State(InFlight):
     question: str
     topic: str | None
     #: the relation that leads from `topic` straight back to the previous topic
@@ -64,30 +61,15 @@ class _State:
     shown: list[tuple[str, str, str]] = field(default_factory=list)
     entry: dict = field(default_factory=dict)
     chat: list[str] = field(default_factory=list)
-    done: bool = False
-
-
-@dataclass
-class _Job:
-    state: _State
-    kind: str
-    hop: int
-    prompt: str
-    max_new_tokens: int
-    stop: tuple[str, ...]
-    #: the answer try's word decided from the scores (`answer_try_threshold`): fed, recorded as output
-    decided: str = ""
-    #: its log P(Yes) - log P(No)
-    log_odds: float | None = None
 
 
 def _inverse(relation: str) -> str:
     return relation[1:] if relation.startswith("~") else "~" + relation
 
 
-class DoG:
-    """Debating over Graphs over many questions at once, on the Generator protocol and a graph store
-    (the Retriever `run` is handed is not used)."""
+class DoG(Engine):
+    """Debating over Graphs over many questions at once (its plumbing methods/engine.py's), on the Generator
+    protocol and a graph store (the Retriever `run` is handed is not used)."""
 
     name = "dog"
 
@@ -109,16 +91,15 @@ class DoG:
             on_done: Callable[[Trajectory], None] | None = None) -> list[Trajectory]:
         if self.config.answer_try_threshold is not None:
             require_scorer(generator, "strategy dog with answer_try_threshold")
-        self._generator, self._on_done = generator, on_done
+        self.bind(generator, None, on_done)
         self._kg = self.store_for(items)
         states = []
         for it in items:
             topic = topic_entity(it)
-            traj = Trajectory(id=trajectory_id(it), question_id=it.id, question=it.question, answers=list(it.answers),
-                              dataset=it.dataset, strategy=self.name,
-                              meta={"topic_entity": topic, "question_hops": it.hops, "graph": self.config.graph,
-                                    "debate_rounds": self.config.debate_rounds, "hops": [], "events": [], "lookups": 0})
-            states.append(_State(it, traj, it.question, topic))
+            traj = new_trajectory(it, self.name, {"topic_entity": topic, "question_hops": it.hops, "graph": self.config.graph,
+                                                  "debate_rounds": self.config.debate_rounds, "hops": [], "events": [],
+                                                  "lookups": 0})
+            states.append(_State(item=it, traj=traj, question=it.question, topic=topic))
         active = list(states)
         if self.config.max_hops == 0:
             self._fallback([(s, "max_hops") for s in active])
@@ -141,10 +122,10 @@ class DoG:
             s.traj.meta["hops"].append(s.entry)
             reason = self._candidates(s)
             (stopped.append((s, reason)) if reason else choosing.append(s))
-        jobs = [_Job(s, RELATION, hop, prompts.relation_prompt(s.question, s.topic or "", s.relations, cfg.fewshot),
+        jobs = [Job(s, RELATION, hop, prompts.relation_prompt(s.question, s.topic or "", s.relations, cfg.fewshot),
                      cfg.relation_tokens, prompts.BLOCK_STOP) for s in choosing]
         trying = []
-        for job, call in zip(jobs, self._generate(jobs)):
+        for job, call in zip(jobs, self.generate(jobs)):
             s = job.state
             choice = parse_relation(call.output, s.relations) if call.error is None else None
             if choice is None:
@@ -222,12 +203,12 @@ class DoG:
     def _answer_try(self, trying: list[_State], hop: int, stopped: list) -> list[_State]:
         """Answer tries; concludes the Yes ones and returns the others (a call error stops its question)."""
         cfg = self.config
-        jobs = [_Job(s, ANSWER_TRY, hop, prompts.answer_try_prompt(s.question, s.shown, cfg.fewshot), cfg.answer_tokens,
+        jobs = [Job(s, ANSWER_TRY, hop, prompts.answer_try_prompt(s.question, s.shown, cfg.fewshot), cfg.answer_tokens,
                      prompts.BLOCK_STOP) for s in trying]
-        if jobs and cfg.answer_try_threshold is not None:
+        if cfg.answer_try_threshold is not None:
             self._decide(jobs)
         rest = []
-        for job, call in zip(jobs, self._generate(jobs)):
+        for job, call in zip(jobs, self.generate(jobs)):
             s = job.state
             if call.error is not None:
                 stopped.append((s, "error: generation"))
@@ -245,13 +226,11 @@ class DoG:
                 rest.append(s)
         return rest
 
-    def _decide(self, jobs: list[_Job]) -> None:
+    def _decide(self, jobs: list[Job]) -> None:
         """The answer tries' Yes/No as a calibrated decision (`decisions.decide_jobs`, on each call's own seeded
         stream): the decided word is fed and recorded as the model's output; a request the scorer refuses is left
         to greedy decoding. The scoring's seconds are shared among the jobs' questions."""
-        cfg = self.config
-        decide_jobs(self._generator, jobs, prefix="", role=ANSWER_TRY, threshold=cfg.answer_try_threshold,
-                    temperature=cfg.temperature, seed=cfg.seed, stream=ANSWER_TRY)
+        self.decide(jobs, prefix="", role=ANSWER_TRY, threshold=self.config.answer_try_threshold, stream=ANSWER_TRY)
 
     def _debate(self, debating: list[_State], hop: int) -> None:
         """The debate's turns, one batch per turn; then each question becomes its simplified one and
@@ -261,9 +240,9 @@ class DoG:
             s.chat, s.entry["debate"] = [], []
         for turn, role in enumerate(cfg.debate_roles()):
             rnd = turn // 3 + 1
-            jobs = [_Job(s, role, hop, prompts.debate_prompt(role, s.question, s.shown[0], s.chat, cfg.fewshot),
+            jobs = [Job(s, role, hop, prompts.debate_prompt(role, s.question, s.shown[0], s.chat, cfg.fewshot),
                          cfg.debate_tokens, prompts.BLOCK_STOP) for s in debating]
-            for job, call in zip(jobs, self._generate(jobs)):
+            for job, call in zip(jobs, self.generate(jobs)):
                 s = job.state
                 res = parse_turn(call.output, critic=role == CRITIC) if call.error is None else None
                 if res is not None:
@@ -286,25 +265,15 @@ class DoG:
 
     def _fallback(self, stopped: list[tuple[_State, str]]) -> None:
         cfg = self.config
-        jobs = [_Job(s, FALLBACK, max(s.traj.rounds, 1), prompts.fallback_prompt(s.item.question, cfg.fewshot),
+        jobs = [Job(s, FALLBACK, max(s.traj.rounds, 1), prompts.fallback_prompt(s.item.question, cfg.fewshot),
                      cfg.fallback_tokens, prompts.LINE_STOP) for s, _ in stopped]
-        for (s, reason), call in zip(stopped, self._generate(jobs)):
+        for (s, reason), call in zip(stopped, self.generate(jobs)):
             answer, err = parse_answer(call.output) if call.error is None else (None, call.error)
             call.parsed, call.error = {"answer": answer}, err
             self._conclude(s, answer, reason)
 
     def _conclude(self, s: _State, answer: str | None, reason: str) -> None:
-        s.traj.prediction = answer
-        s.traj.stop_reason = reason
-        s.done = True
-        if self._on_done is not None:
-            self._on_done(s.traj)
-
-    # -- the shared parts -------------------------------------------------------------------------------
-    def _generate(self, jobs: list[_Job]) -> list[ModelCall]:
-        """One batched generate() for `jobs`, a ModelCall recorded on each job's trajectory (methods/calls.py)."""
-        specs = [CallSpec(j.state.traj, j.kind, j.hop, j.prompt, j.max_new_tokens, j.stop, decided=j.decided) for j in jobs]
-        return generate_calls(self._generator, specs, temperature=self.config.temperature, seed=self.config.seed)[0]
+        self.finish(s, answer, reason)
 
 
 __all__ = ["DoG"]

@@ -2,7 +2,7 @@
 
 The chain is the shared one (methods/gold_chain.py): per hop its triplet and its sub-question (the
 item's aligned sub-question, "#k" resolved, or "What is the <relation> of <entity>?"). `GoldDoG` is
-DoG's engine (engine.py) whose `_generate` writes each call's gold text instead of asking a model, so
+DoG's engine (engine.py) whose `generate` writes each call's gold text instead of asking a model, so
 the prompts, the relation lists, the filled triples and the parsing are the engine's own. Per hop k of
 n (the topic entity first, then each hop's answer):
 
@@ -60,7 +60,8 @@ from knowtrace_train.data.schema import QAItem
 from knowtrace_train.decisions import DecisionPrompt, decision_counts, mark_decision
 from knowtrace_train.kg_store import GraphStore, KGStoreError
 from knowtrace_train.methods.dog.config import ANSWER_TRY, CRITIC, FALLBACK, RELATION, DoGConfig
-from knowtrace_train.methods.dog.engine import DoG, _Job, _State
+from knowtrace_train.methods.dog.engine import DoG, _State
+from knowtrace_train.methods.engine import Job
 from knowtrace_train.methods.dog.graph import topic_entity
 from knowtrace_train.methods.dog.parsing import parse_relation
 from knowtrace_train.methods.dog.prompts import BLOCK_STOP
@@ -180,7 +181,7 @@ class GoldDoG(DoG):
         except KGStoreError:
             return None
 
-    def _gold(self, job: _Job) -> str | None:
+    def _gold(self, job: Job) -> str | None:
         s, walk = job.state, self.walks[job.state.item.id]
         if s.item.id in self.failed:
             return None
@@ -189,11 +190,11 @@ class GoldDoG(DoG):
                 return None
             self.expected[s.item.id].append({"answer": one_line(walk.answer).rstrip(".").strip()})
             return fallback_text(walk.answer)
-        hop = walk.hops[job.hop - 1] if job.hop <= len(walk.hops) else None
+        hop = walk.hops[job.round - 1] if job.round <= len(walk.hops) else None
         if hop is None or s.topic != hop.topic:
             self._fail(s, UNREADABLE_STEP)
             return None
-        last = job.hop == len(walk.hops)
+        last = job.round == len(walk.hops)
         if job.kind == RELATION:
             if hop.relation not in s.relations:
                 every = self._quiet(self._kg.get_relations, hop.topic)
@@ -215,12 +216,12 @@ class GoldDoG(DoG):
                                              "answer": one_line(walk.answer).rstrip(".").strip() if last else None})
             return answer_try_text(last, walk.answer)
         # a debate turn after hop k's No: the question left is hop k+1's sub-question
-        left = walk.hops[job.hop].question
+        left = walk.hops[job.round].question
         self.expected[s.item.id].append({"question": left, "verdict": "different" if job.kind == CRITIC else None})
         return turn_text(job.kind, left)
 
-    def _generate(self, jobs: list[_Job]) -> list[ModelCall]:
-        return [gold_call(job.state.traj, job.kind, job.hop, job.prompt, self._gold(job), self.count,
+    def generate(self, jobs: list[Job]) -> list[ModelCall]:
+        return [gold_call(job.state.traj, job.kind, job.round, job.prompt, self._gold(job), self.count,
                           off_script=OFF_SCRIPT) for job in jobs]
 
 
@@ -255,7 +256,7 @@ def dog_gold_trajectories(config: DoGConfig, items: Iterable[QAItem], *, fewshot
     if not todo:
         return tally.result()
     engine = GoldDoG(config, {it.id: w for it, w in todo}, store, count)
-    trajs = engine.run([it for it, _ in todo], None)  # type: ignore[arg-type]  # _generate writes the texts
+    trajs = engine.run([it for it, _ in todo], None)  # type: ignore[arg-type]  # generate writes the texts
     for (it, walk), traj in zip(todo, trajs):
         reason = engine.failed.get(it.id) or _reason_of_stop(traj.stop_reason)
         # the walk ends answered; the model alone (no hops) stops at max_hops after its fallback call
