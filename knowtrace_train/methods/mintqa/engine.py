@@ -25,14 +25,12 @@ retrieval's time equally among its queries.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 from knowtrace_train.data.schema import Passage, QAItem
 from knowtrace_train.generation.base import Generator
-from knowtrace_train.methods.calls import CallSpec, PassageTokens, generate_calls
-from knowtrace_train.methods.hints import trajectory_id
+from knowtrace_train.methods.engine import Engine, InFlight, Job, new_trajectory
 import knowtrace_train.methods.mintqa.prompts as prompts
 from knowtrace_train.methods.mintqa.config import (
     ANSWER,
@@ -46,7 +44,7 @@ from knowtrace_train.methods.mintqa.config import (
 )
 from knowtrace_train.methods.mintqa.parsing import parse_answer, parse_selfanswer, parse_step
 from knowtrace_train.metrics import normalize_answer
-from knowtrace_train.retrieval.base import RetrievalError, Retriever, search_each
+from knowtrace_train.retrieval.base import RetrievalError, Retriever
 from knowtrace_train.trajectory import ModelCall, Trajectory
 
 #: what the history shows for a sub-question whose answer call gave nothing usable
@@ -54,35 +52,20 @@ NO_ANSWER = "unknown"
 
 
 @dataclass
-class _State:
-    item: QAItem
-    traj: Trajectory
+class _State(InFlight):
     history: list[tuple[str, str]] = field(default_factory=list)
     pending: str | None = None
     #: the dynamic strategy's self-answer of the pending sub-question ({"answer", "confidence"}), when it retrieves
     own: dict | None = None
-    done: bool = False
 
 
-@dataclass
-class _Job:
-    state: _State
-    kind: str
-    step: int
-    prompt: str
-    max_new_tokens: int
-    stop: tuple[str, ...]
-    passages: tuple[Passage, ...] = ()
-
-
-class MintQA:
-    """One of MINTQA's strategies (`config.name`) over many questions at once, on the Generator and
-    Retriever protocols only."""
+class MintQA(Engine):
+    """One of MINTQA's strategies (`config.name`) over many questions at once (its plumbing methods/engine.py's), on
+    the Generator and Retriever protocols only."""
 
     def __init__(self, config: MintQAConfig) -> None:
         self.config = config
         self.name = config.name
-        self._passage_tokens = PassageTokens(prompts.render_passage, lambda text: self._count_tokens(text))
 
     def run(
         self,
@@ -91,13 +74,9 @@ class MintQA:
         retriever: Retriever,
         on_done: Callable[[Trajectory], None] | None = None,
     ) -> list[Trajectory]:
-        self._generator, self._retriever, self._on_done = generator, retriever, on_done
-        states = [
-            _State(it, Trajectory(id=trajectory_id(it), question_id=it.id, question=it.question, answers=list(it.answers),
-                                  dataset=it.dataset, strategy=self.name,
-                                  meta={"subquestions": [], "retrievals": 0, "events": []}))
-            for it in items
-        ]
+        self.bind(generator, retriever, on_done, prompts.render_passage)
+        states = [_State(item=it, traj=new_trajectory(it, self.name, {"subquestions": [], "retrievals": 0, "events": []}))
+                  for it in items]
         if self.name == PARAMETRIC:
             self._answer_once(states, retrieve=False)
         elif self.name == RAG:
@@ -114,12 +93,12 @@ class MintQA:
             s.traj.rounds = 1
         if retrieve:
             hits = self._search([s.item.question for s in states], states, 1)
-            jobs = [_Job(s, ANSWER, 1, prompts.rag_prompt(s.item.question, found, cfg.fewshot), cfg.answer_tokens,
-                         prompts.LINE_STOP, found) for s, found in zip(states, hits)]
+            jobs = [Job(s, ANSWER, 1, prompts.rag_prompt(s.item.question, found, cfg.fewshot), cfg.answer_tokens,
+                         prompts.LINE_STOP, passages=found) for s, found in zip(states, hits)]
         else:
-            jobs = [_Job(s, ANSWER, 1, prompts.direct_prompt(s.item.question, cfg.fewshot), cfg.answer_tokens,
+            jobs = [Job(s, ANSWER, 1, prompts.direct_prompt(s.item.question, cfg.fewshot), cfg.answer_tokens,
                          prompts.LINE_STOP) for s in states]
-        for job, call in zip(jobs, self._generate(jobs)):
+        for job, call in zip(jobs, self.generate(jobs)):
             self._conclude(job.state, call, "answered")
 
     # -- decomposition ---------------------------------------------------------------------------
@@ -129,11 +108,11 @@ class MintQA:
         for step in range(1, cfg.max_steps + 1):
             if not active:
                 break
-            jobs = [_Job(s, DECOMPOSE_CALL, step, prompts.decompose_prompt(s.item.question, s.history, cfg.fewshot),
+            jobs = [Job(s, DECOMPOSE_CALL, step, prompts.decompose_prompt(s.item.question, s.history, cfg.fewshot),
                          cfg.subquestion_tokens, prompts.LINE_STOP) for s in active]
             asking: list[_State] = []
             stopped: list[tuple[_State, str]] = []
-            for job, call in zip(jobs, self._generate(jobs)):
+            for job, call in zip(jobs, self.generate(jobs)):
                 s = job.state
                 s.traj.rounds = step
                 if call.error is not None:
@@ -159,10 +138,10 @@ class MintQA:
     def _self_answer(self, asking: list[_State], step: int) -> list[_State]:
         """The dynamic strategy's self-answer calls; returns the questions whose sub-question retrieves."""
         cfg = self.config
-        jobs = [_Job(s, SELFANSWER, step, prompts.selfanswer_prompt(s.pending or "", cfg.fewshot), cfg.confidence_tokens,
+        jobs = [Job(s, SELFANSWER, step, prompts.selfanswer_prompt(s.pending or "", cfg.fewshot), cfg.confidence_tokens,
                      prompts.SELFANSWER_STOP) for s in asking]
         retrieve = []
-        for job, call in zip(jobs, self._generate(jobs)):
+        for job, call in zip(jobs, self.generate(jobs)):
             s = job.state
             res = parse_selfanswer(call.output) if call.error is None else None
             if res is not None:
@@ -178,9 +157,9 @@ class MintQA:
     def _answer_with_passages(self, states: list[_State], step: int) -> None:
         cfg = self.config
         hits = self._search([s.pending or "" for s in states], states, step)
-        jobs = [_Job(s, SUBANSWER, step, prompts.rag_prompt(s.pending or "", found, cfg.fewshot), cfg.answer_tokens,
-                     prompts.LINE_STOP, found) for s, found in zip(states, hits)]
-        for job, call in zip(jobs, self._generate(jobs)):
+        jobs = [Job(s, SUBANSWER, step, prompts.rag_prompt(s.pending or "", found, cfg.fewshot), cfg.answer_tokens,
+                     prompts.LINE_STOP, passages=found) for s, found in zip(states, hits)]
+        for job, call in zip(jobs, self.generate(jobs)):
             answer, err = parse_answer(call.output) if call.error is None else (None, call.error)
             call.parsed, call.error = {"answer": answer}, err
             own, job.state.own = job.state.own, None
@@ -200,46 +179,26 @@ class MintQA:
 
     def _final(self, stopped: list[tuple[_State, str]], step: int) -> None:
         cfg = self.config
-        jobs = [_Job(s, ANSWER, step, prompts.final_prompt(s.item.question, s.history, cfg.fewshot), cfg.answer_tokens,
+        jobs = [Job(s, ANSWER, step, prompts.final_prompt(s.item.question, s.history, cfg.fewshot), cfg.answer_tokens,
                      prompts.LINE_STOP) for s, _ in stopped]
-        for (s, reason), call in zip(stopped, self._generate(jobs)):
+        for (s, reason), call in zip(stopped, self.generate(jobs)):
             self._conclude(s, call, reason)
 
     def _conclude(self, s: _State, call: ModelCall, reason: str) -> None:
         answer, err = parse_answer(call.output) if call.error is None else (None, call.error)
         call.parsed, call.error = {"answer": answer}, err
-        s.traj.prediction = answer
-        s.traj.stop_reason = reason
-        s.done = True
-        if self._on_done is not None:
-            self._on_done(s.traj)
-
-    # -- the shared parts ------------------------------------------------------------------------
-    def _generate(self, jobs: list[_Job]) -> list[ModelCall]:
-        """One batched generate() for `jobs`, a ModelCall recorded on each job's trajectory (methods/calls.py)."""
-        specs = [CallSpec(j.state.traj, j.kind, j.step, j.prompt, j.max_new_tokens, j.stop,
-                          passage_ids=tuple(p.id for p in j.passages),
-                          retrieved_tokens=self._passage_tokens(j.passages)) for j in jobs]
-        return generate_calls(self._generator, specs, temperature=self.config.temperature, seed=self.config.seed)[0]
+        self.finish(s, answer, reason)
 
     def _search(self, queries: list[str], owners: list[_State], step: int) -> list[tuple[Passage, ...]]:
         """One batched search; an empty or refused retrieval is recorded as an event and the
         question answered over no passages."""
-        t0 = time.perf_counter()
-        hits = search_each(self._retriever, queries, self.config.passages)  # type: ignore[attr-defined]
-        dt = time.perf_counter() - t0
         out = []
-        for q, s, found in zip(queries, owners, hits):
-            s.traj.wall_time += dt / len(queries)
+        for q, s, found in zip(queries, owners, self.search(queries, owners)):
             s.traj.meta["retrievals"] += 1
             if isinstance(found, RetrievalError):
                 s.traj.meta["events"].append({"step": step, "query": q, "event": f"retrieval error: {found}"})
                 found = []
             elif not found:
                 s.traj.meta["events"].append({"step": step, "query": q, "event": "empty retrieval"})
-            out.append(tuple(h.passage for h in found))
+            out.append(tuple(found))
         return out
-
-    def _count_tokens(self, text: str) -> int:
-        """Tokens of `text` as the generator counts them (the gold engine, with no model, counts its own way)."""
-        return self._generator.count_tokens(text)

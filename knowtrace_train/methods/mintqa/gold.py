@@ -2,7 +2,7 @@
 
 The chain is the shared one (methods/gold_chain.py): per hop its sub-question (the item's aligned
 sub-question, "#k" resolved, or "What is the <relation> of <entity>?") and its answer (the triple's
-object). `GoldMintQA` is the MINTQA engine (engine.py) whose `_generate` writes each call's gold text,
+object). `GoldMintQA` is the MINTQA engine (engine.py) whose `generate` writes each call's gold text,
 so the prompts, the retrieval (each sub-question sent to the run's retriever, top `passages`) and the
 parsing are the engine's own. Per step k of n hops (at most `max_steps`):
 
@@ -63,7 +63,8 @@ from knowtrace_train.methods.mintqa.config import (
     MintQADecomposeConfig,
     MintQADynamicConfig,
 )
-from knowtrace_train.methods.mintqa.engine import MintQA, _Job, _State
+from knowtrace_train.methods.engine import Job
+from knowtrace_train.methods.mintqa.engine import MintQA, _State
 import knowtrace_train.methods.mintqa.prompts as prompts
 from knowtrace_train.methods.mintqa.parsing import parse_selfanswer, parse_step
 from knowtrace_train.metrics import exact_match, normalize_answer, question_kind
@@ -179,10 +180,10 @@ class GoldMintQA(MintQA):
         #: item id -> per call, the `parsed` the engine's parser must give
         self.expected: dict[str, list[dict[str, Any]]] = defaultdict(list)
 
-    def _gold(self, job: _Job) -> str | None:
+    def _gold(self, job: Job) -> str | None:
         hops, answer = self.chains[job.state.item.id]
         known = self.known.get(job.state.item.id, ())
-        k = job.step
+        k = job.round
         if job.kind == DECOMPOSE_CALL:
             text = decompose_text(hops, k) if k <= len(hops) + 1 else None
         elif job.kind == SELFANSWER:
@@ -195,10 +196,10 @@ class GoldMintQA(MintQA):
             self.expected[job.state.item.id].append(expected_parse(job.kind, hops, k, answer, known))
         return text
 
-    def _generate(self, jobs: list[_Job]) -> list[ModelCall]:
-        return [gold_call(job.state.traj, job.kind, job.step, job.prompt, self._gold(job), self.count,
+    def generate(self, jobs: list[Job]) -> list[ModelCall]:
+        return [gold_call(job.state.traj, job.kind, job.round, job.prompt, self._gold(job), self.count,
                           passage_ids=[p.id for p in job.passages],
-                          retrieved_tokens=self._passage_tokens(job.passages)) for job in jobs]
+                          retrieved_tokens=self.passage_tokens(job.passages)) for job in jobs]
 
     def _search(self, queries: list[str], owners: list[_State], step: int) -> list[tuple[Passage, ...]]:
         hits = super()._search(queries, owners, step)
@@ -206,7 +207,7 @@ class GoldMintQA(MintQA):
             self.found.update((p.id, p) for p in found)
         return hits
 
-    def _count_tokens(self, text: str) -> int:
+    def count_tokens(self, text: str) -> int:
         return self.count(text)
 
 
