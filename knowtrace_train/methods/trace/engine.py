@@ -17,9 +17,9 @@ from typing import Callable, Sequence
 import numpy as np
 
 from knowtrace_train.data.schema import Passage, QAItem
-from knowtrace_train.generation.base import Completion, GenerationError, GenerationRequest, Generator, OptionScorer, OptionScores, score_each
+from knowtrace_train.generation.base import GenerationError, GenerationRequest, Generator, OptionScorer, OptionScores, generate_each, score_each
 from knowtrace_train.kg import KnowledgeGraph, TracedTriplet, Triplet
-from knowtrace_train.methods.hints import trajectory_id
+from knowtrace_train.methods.engine import new_trajectory
 from knowtrace_train.methods.trace.chains import Chain, Pending, beam_search, option_probabilities, ranker_fallback
 from knowtrace_train.methods.trace.config import ANSWER, KG, SELECT, STRATEGY_NAME, TraceConfig
 from knowtrace_train.methods.trace.kg_generator import (
@@ -107,9 +107,7 @@ class Trace:
             raise GenerationError(f"strategy trace (reader {c.reader!r}) needs a generator with score_options "
                                   f"(knowtrace_train.generation.base.OptionScorer); {type(generator).__name__} has none")
         t0 = time.perf_counter()
-        qs = [_Question(it, Trajectory(id=trajectory_id(it), question_id=it.id, question=it.question,
-                                       answers=list(it.answers), dataset=it.dataset, strategy=self.name,
-                                       meta={"reader": c.reader})) for it in items]
+        qs = [_Question(it, new_trajectory(it, self.name, {"reader": c.reader})) for it in items]
         self._documents(qs, retriever)
         chains: list[list[Chain]] = [[] for _ in qs]
         if c.uses_chains:
@@ -274,7 +272,7 @@ class Trace:
             prompts.append(render_reader_prompt(q.item.question, context))
         requests = [GenerationRequest(prompt=p, role=c.roles.answer, max_new_tokens=c.answer_max_new_tokens, stop=READER_STOP)
                     for p in prompts]
-        for q, req, (context, passages, tokens), out in zip(qs, requests, contexts, self._generate(generator, requests)):
+        for q, req, (context, passages, tokens), out in zip(qs, requests, contexts, generate_each(generator, requests)):
             traj = q.traj
             if isinstance(out, GenerationError):
                 traj.calls.append(ModelCall(index=len(traj.calls), role=ANSWER, round=traj.rounds + 1, prompt=req.prompt,
@@ -290,17 +288,3 @@ class Trace:
                                         passage_ids=[p.id for p in passages], retrieved_tokens=tokens))
             traj.prediction = answer
             traj.stop_reason = "answered" if answer else "no_answer"
-
-    @staticmethod
-    def _generate(generator: Generator, requests: list[GenerationRequest]) -> list[Completion | GenerationError]:
-        try:
-            return list(generator.generate(requests))
-        except GenerationError as e:
-            log.warning("trace reader: batch failed (%s); generating each alone", e)
-        out: list[Completion | GenerationError] = []
-        for r in requests:
-            try:
-                out.append(generator.generate([r])[0])
-            except GenerationError as one:
-                out.append(one)
-        return out

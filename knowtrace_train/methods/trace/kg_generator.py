@@ -20,7 +20,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from knowtrace_train.data.schema import Passage
-from knowtrace_train.generation.base import GenerationError, GenerationRequest, Generator
+from knowtrace_train.generation.base import GenerationError, GenerationRequest, Generator, generate_each
 from knowtrace_train.generation.models import configured_model_identity
 from knowtrace_train.io import atomic_write_text, cache_home, model_identity
 from knowtrace_train.kg import Triplet
@@ -228,16 +228,8 @@ class KGGenerator:
 
     def _generate(self, passages: Sequence[Passage], prompts: Sequence[str], generator: Generator) -> list[DocumentTriples]:
         requests = self._requests(passages, prompts)
-        try:
-            completions = generator.generate(requests)
-        except GenerationError as e:  # one bad request (e.g. a document too long for the context): each alone
-            log.warning("trace KG generator: batch failed (%s); generating each document alone", e)
-            completions = []
-            for r in requests:
-                try:
-                    completions.append(generator.generate([r])[0])
-                except GenerationError as one:
-                    completions.append(one)
+        # one bad request (e.g. a document too long for the context) refuses the batch: then each alone
+        completions = generate_each(generator, requests)
         self.generated += len(requests)
         out = []
         for p, q, c in zip(passages, prompts, completions):
