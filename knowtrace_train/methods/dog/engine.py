@@ -221,7 +221,7 @@ class DoG(Engine):
             if res.sufficient:
                 tail = s.shown[0][2]
                 answer = res.answer if cfg.answer_from == "model" and res.answer else tail
-                self._conclude(s, answer, "answered")
+                self.finish(s, answer, "answered")
             else:
                 rest.append(s)
         return rest
@@ -270,10 +270,7 @@ class DoG(Engine):
         for (s, reason), call in zip(stopped, self.generate(jobs)):
             answer, err = parse_answer(call.output) if call.error is None else (None, call.error)
             call.parsed, call.error = {"answer": answer}, err
-            self._conclude(s, answer, reason)
-
-    def _conclude(self, s: _State, answer: str | None, reason: str) -> None:
-        self.finish(s, answer, reason)
+            self.finish(s, answer, reason)
 
 
 __all__ = ["DoG"]

@@ -137,7 +137,7 @@ class KnowTrace(Engine):
                     call.parsed["judgement_log_odds"] = round(job.log_odds, 4)
                     call.parsed["judgement_threshold"] = cfg.judgement_threshold
             if res is not None and res.answered:
-                self._conclude(s, res, "answered")
+                self.finish(s, res.answer, "answered", thought=res.thought)
                 continue
             # Guidance pairs are followed even when the judgement is missing or contradicts
             # them (the call keeps its recorded error); small models often write them so.
@@ -206,7 +206,7 @@ class KnowTrace(Engine):
                 self._finish_unanswered(stopped)
             else:
                 for s in stopped:
-                    self._conclude(s, ExplorationResult(), s.pending_stop or "max_rounds")
+                    self.finish(s, None, s.pending_stop or "max_rounds")
 
     # -- the parts ----------------------------------------------------------------
     def _job(self, s: _State, kind: str, prompt: str, **more: Any) -> Job:
@@ -258,11 +258,8 @@ class KnowTrace(Engine):
                 res = ExplorationResult(error=call.error)
             call.parsed = res.to_dict()
             call.error = res.error if call.error is None else call.error
-            self._conclude(job.state, res, job.state.pending_stop or "max_rounds")
+            self.finish(job.state, res.answer, job.state.pending_stop or "max_rounds", thought=res.thought)
         self.end_step(states, t0)
-
-    def _conclude(self, s: _State, res: ExplorationResult, reason: str) -> None:
-        self.finish(s, res.answer, reason, thought=res.thought)
 
     def _decide(self, jobs: list[Job]) -> None:
         """The sufficiency judgement of each exploration as a calibrated decision (`decisions.decide_jobs`): P(" Yes")
