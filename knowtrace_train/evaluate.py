@@ -33,8 +33,7 @@ from knowtrace_train.data.corpus import CORPUS_SOURCES, CorpusConfig  # noqa: F4
 from knowtrace_train.data.schema import Passage, QAItem
 from knowtrace_train.errors import RunError
 from knowtrace_train.generation import GeneratorConfig, check_generator_installed
-from knowtrace_train.io import append_jsonl
-from knowtrace_train.methods import StrategyConfig, get_method, run_strategy
+from knowtrace_train.methods import StrategyConfig, get_method, run_scored, written
 from knowtrace_train.methods.knowtrace import KnowTraceConfig
 from knowtrace_train.metrics import (
     MIN_QUESTIONS_FOR_INTERVAL,
@@ -45,8 +44,9 @@ from knowtrace_train.metrics import (
     question_kind,
     score,
 )
+from knowtrace_train.progress import question_bar
 from knowtrace_train.retrieval import RetrieverConfig, check_retriever_installed
-from knowtrace_train.trajectory import Trajectory, read_trajectories
+from knowtrace_train.trajectory import Trajectory
 
 log = logging.getLogger(__name__)
 
@@ -377,10 +377,7 @@ def evaluate(
 ) -> EvalSummary:
     """Run `config`; `generator`/`retriever` replace the configured ones when given."""
     items, everything = load_eval_items(config)
-    done: dict[str, Trajectory] = {}
-    if config.output:
-        for t in read_trajectories(config.output):
-            done.setdefault(t.question_id, t)
+    done: dict[str, Trajectory] = written([config.output] if config.output else [], key=lambda t: t.question_id)
     todo = [it for it in items if it.id not in done]
     log.info("%d questions selected, %d already in %s, %d to run", len(items), len(items) - len(todo), config.output, len(todo))
 
@@ -396,23 +393,17 @@ def evaluate(
             set_threads(config.threads)
             generator = build_generator(config.generator)
         engine = get_method(config.strategy.name).strategy(config.strategy)
-        bar = _progress(len(todo), progress)
+        bar = question_bar(len(todo), "questions", progress, mininterval=2.0)
 
         def finished(t: Trajectory) -> None:
-            s = score(t.prediction, t.answers, dataset=t.dataset)
-            t.em, t.f1 = s["em"], s["f1"]
-            t.meta.setdefault("dataset_path", config.dataset.path)
-            if config.output:
-                append_jsonl(config.output, t.to_dict())
             done[t.question_id] = t
-            if bar is not None:
-                bar.update(1)
             if on_done is not None:
                 on_done(t)
 
         t0 = time.perf_counter()
         try:
-            run_strategy(engine, todo, generator, retriever, width=config.chunk_size or None, on_done=finished)
+            run_scored(engine, todo, generator, retriever, config.output, width=config.chunk_size or None,
+                       stamp=lambda t: t.meta.setdefault("dataset_path", config.dataset.path), bar=bar, on_done=finished)
         finally:
             if owned:
                 generator.close()  # a generator passed in stays the caller's to close
@@ -423,14 +414,6 @@ def evaluate(
     check_prompts_fit([done[it.id] for it in have], str(out) if (out := config.output) else "evaluation")
     return summarize([done[it.id] for it in have], new=len(todo), kinds=[question_kind(it) for it in have],
                      evidence=evidence_check(config.strategy))
-
-
-def _progress(total: int, enabled: bool):
-    if not enabled:
-        return None
-    from knowtrace_train.progress import stage_bar
-
-    return stage_bar(total, "questions", unit="q", mininterval=2.0)
 
 
 def format_summary(s: EvalSummary) -> str:

@@ -88,6 +88,11 @@ def stage_bar(total: int, desc: str, unit: str = "it", mininterval: float = 1.0)
     return tqdm(total=total, desc=desc, unit=unit, mininterval=mininterval)
 
 
+def question_bar(total: int, desc: str, enabled: bool, mininterval: float = 1.0):
+    """The bar of a run over `total` questions (`stage_bar`), or None where progress is off or nothing is to run."""
+    return stage_bar(total, desc, unit="q", mininterval=mininterval) if enabled and total else None
+
+
 @contextmanager
 def library_bars_off() -> Iterator[None]:
     """The libraries' own bars off inside the block (transformers', datasets'; off a terminal the Hub's

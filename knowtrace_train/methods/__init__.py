@@ -14,8 +14,10 @@ from knowtrace_train.methods.base import (
     StrategyConfig,
     get_method,
     register,
+    run_scored,
     run_strategy,
     unregister,
+    written,
 )
 
 
@@ -37,4 +39,5 @@ def _register_builtin() -> None:
 
 _register_builtin()
 
-__all__ = ["METHODS", "Method", "Rationalizer", "Strategy", "StrategyConfig", "get_method", "register", "run_strategy", "unregister"]
+__all__ = ["METHODS", "Method", "Rationalizer", "Strategy", "StrategyConfig", "get_method", "register", "run_scored",
+           "run_strategy", "unregister", "written"]

@@ -10,13 +10,18 @@ its own, as KnowTrace adds "backtrace"). A method never imports the loops.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
+from pathlib import Path
+from typing import Any, Callable, Hashable, Iterable, Mapping, Protocol, Sequence, TypeVar
 
 from knowtrace_train.config import TaggedConfig
 from knowtrace_train.data.schema import Passage, QAItem
 from knowtrace_train.generation.base import Generator
+from knowtrace_train.io import append_jsonl
+from knowtrace_train.metrics import score
 from knowtrace_train.retrieval.base import Retriever
-from knowtrace_train.trajectory import Trajectory
+from knowtrace_train.trajectory import Trajectory, read_trajectories
+
+K = TypeVar("K", bound=Hashable)
 
 
 @dataclass
@@ -78,6 +83,42 @@ def run_strategy(strategy: Strategy, items: Sequence[QAItem], generator: Generat
     for start in range(0, len(items), step):
         out.extend(strategy.run(items[start : start + step], generator, retriever, on_done=on_done))
     return out
+
+
+def run_scored(strategy: Strategy, items: Sequence[QAItem], generator: Generator, retriever: Retriever,
+               out: str | Path | None, *, width: int | None = None, stamp: Callable[[Trajectory], None] | None = None,
+               bar: Any = None, on_done: Callable[[Trajectory], None] | None = None) -> None:
+    """The one loop of evaluation and rollouts: `run_strategy`, each finished trajectory scored (its `em` and `f1`),
+    given the caller's own fields (`stamp`), appended to the JSONL `out` the moment it ends (None: no file),
+    counted on `bar` (a progress bar) and passed to `on_done`. A kill loses only the questions in flight:
+    `written` reads back what was appended, and a rerun runs only the rest."""
+
+    def finished(t: Trajectory) -> None:
+        s = score(t.prediction, t.answers, dataset=t.dataset)
+        t.em, t.f1 = s["em"], s["f1"]
+        if stamp is not None:
+            stamp(t)
+        if out is not None:
+            append_jsonl(out, t.to_dict())
+        if bar is not None:
+            bar.update(1)
+        if on_done is not None:
+            on_done(t)
+
+    run_strategy(strategy, items, generator, retriever, width=width, on_done=finished)
+
+
+def written(paths: Iterable[str | Path], key: Callable[[Trajectory], K],
+            check: Callable[[Path, Trajectory], None] | None = None) -> dict[K, Trajectory]:
+    """The trajectories `run_scored` already appended to `paths` (resume): the first one per `key`, each passed to
+    `check` (with its file) first; a torn last line (a kill mid-write) is dropped on reading."""
+    done: dict[K, Trajectory] = {}
+    for path in paths:
+        for t in read_trajectories(path):
+            if check is not None:
+                check(Path(path), t)
+            done.setdefault(key(t), t)
+    return done
 
 
 class Rationale(Protocol):

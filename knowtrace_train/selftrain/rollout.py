@@ -8,7 +8,8 @@ A resumed run reads every part file and runs only the questions missing there; e
 from its own seeded stream, and greedy decoding gives the same tokens in any batch up to fp32 rounding, so
 it gives the trajectories an uninterrupted run would, up to that rounding. Under several processes each
 takes every world-th question still to run. When every question is done, the main process writes `<out>`
-(scored trajectories, one per line, in question order) and removes the parts. Scoring and the summary are evaluate's (`summarize`).
+(scored trajectories, one per line, in question order) and removes the parts. Running, scoring and appending
+are `methods.run_scored`'s, evaluation's own loop; the summary is evaluate's (`summarize`).
 
 With `samples` G > 1 each question is tried G times: sample k runs the questions with the strategy seeded
 `sample_seed(seed, k)` (sample 0 keeps the strategy's own seed), so every call of every sample draws from its
@@ -26,9 +27,9 @@ from typing import Any, Callable, Mapping, Sequence
 from knowtrace_train.data.schema import QAItem
 from knowtrace_train.errors import RunError
 from knowtrace_train.generation.base import Generator, request_seed
-from knowtrace_train.io import append_jsonl, write_jsonl
-from knowtrace_train.methods import StrategyConfig, get_method, run_strategy
-from knowtrace_train.metrics import score
+from knowtrace_train.io import write_jsonl
+from knowtrace_train.methods import StrategyConfig, get_method, run_scored, written
+from knowtrace_train.progress import question_bar
 from knowtrace_train.retrieval.base import Retriever
 from knowtrace_train.stages import Processes
 from knowtrace_train.trajectory import Trajectory, read_trajectories
@@ -107,38 +108,36 @@ def run_rollouts(
 
     parts = parts_dir(out)
     wanted = set(order)
-    done: dict[tuple[str, int | None], Trajectory] = {}
-    for part in sorted(parts.glob("*.jsonl")) if parts.is_dir() else []:
-        for t in read_trajectories(part):
-            k = key_of(t)
-            if k not in wanted:
-                raise RunError(f"{part} holds other questions (or another number of samples) than this stage's "
-                                 f"({t.question_id}); remove {parts} to rerun the stage")
-            done.setdefault(k, t)
+
+    def check(part: Path, t: Trajectory) -> None:
+        if key_of(t) not in wanted:
+            raise RunError(f"{part} holds other questions (or another number of samples) than this stage's "
+                             f"({t.question_id}); remove {parts} to rerun the stage")
+
+    done = written(sorted(parts.glob("*.jsonl")) if parts.is_dir() else [], key_of, check)
     method = get_method(strategy.name)
     mine_file = parts / f"rank{procs.rank}.jsonl"
     generator: Generator | None = None
-    bar = _bar(len(wanted), desc, progress and procs.is_main)
+    bar = question_bar(len(wanted), desc, progress and procs.is_main)
     if bar is not None and done:
         bar.update(len(done))
     local: list[Trajectory] = []
     correct = 0.0
 
-    def finished(k: int) -> Callable[[Trajectory], None]:
-        def save(t: Trajectory) -> None:
-            nonlocal correct
-            s = score(t.prediction, t.answers, dataset=t.dataset)
-            t.em, t.f1, t.iteration = s["em"], s["f1"], iteration
+    def stamp(k: int) -> Callable[[Trajectory], None]:
+        def mark(t: Trajectory) -> None:
+            t.iteration = iteration
             if samples > 1:
                 t.id += sample_suffix(k)
                 t.meta = {**t.meta, "sample": k}
-            append_jsonl(mine_file, t.to_dict())
-            local.append(t)
-            correct += t.em or 0.0
-            if bar is not None:
-                bar.update(1)
-                bar.set_postfix(em=f"{correct / len(local):.3f}")  # over this run's
-        return save
+        return mark
+
+    def finished(t: Trajectory) -> None:
+        nonlocal correct
+        local.append(t)
+        correct += t.em or 0.0
+        if bar is not None:
+            bar.set_postfix(em=f"{correct / len(local):.3f}")  # over this run's
 
     try:
         for k in range(samples):
@@ -148,7 +147,8 @@ def run_rollouts(
             if generator is None:
                 generator = make_generator()
             engine = method.strategy(method.with_seed(strategy, sample_seed(strategy.seed, k)))
-            run_strategy(engine, todo, generator, retriever, width=chunk_size, on_done=finished(k))
+            run_scored(engine, todo, generator, retriever, mine_file, width=chunk_size, stamp=stamp(k), bar=bar,
+                       on_done=finished)
     finally:
         if generator is not None:
             generator.close()  # the next stage (training, another model) gets its memory back
@@ -165,11 +165,3 @@ def run_rollouts(
         shutil.rmtree(parts, ignore_errors=True)
     procs.barrier()
     return result
-
-
-def _bar(total: int, desc: str, enabled: bool):
-    if not enabled or total == 0:
-        return None
-    from knowtrace_train.progress import stage_bar
-
-    return stage_bar(total, desc, unit="q", mininterval=1.0)

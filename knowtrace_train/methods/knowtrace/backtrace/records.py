@@ -13,7 +13,11 @@ From each correct trajectory the evidence subgraph S ⊆ G is traced from the *t
 The final answering exploration is kept. Filtered outputs are written back with
 `knowtrace_train.methods.knowtrace.outputs`, the texts the parser reads. `mode="star"` is the non-backtracing
 variant (plain STaR: every generation of a correct trajectory is kept) behind the same
-interface; the FA ratio is measured the same way in both modes, so runs compare directly.
+interface; the FA ratio is measured the same way in both modes, so runs compare directly. Both
+write the STaR record (`methods.star.star_record`) and read hinted reruns as the generic STaR does
+(`methods.star.plain_question`); KnowTrace's STaR differs from the generic one only where it can do
+more: it rebuilds the unhinted prompt (so a hinted rerun trains unless it leaks the hint), writes the
+canonical output texts, and measures FA.
 
 A trajectory that cannot be backtraced (empty graph, an answer that names no graph entity,
 no path to an initial entity) yields no records in backtrace mode and is counted under its
@@ -29,7 +33,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
 from knowtrace_train.data.schema import Passage, QAItem
-from knowtrace_train.methods.star import undesirable_sources
+from knowtrace_train.methods.star import plain_question, star_record, undesirable_sources, undesirable_stats
 from knowtrace_train.methods.hints import mentions_hint
 from knowtrace_train.methods.knowtrace.backtrace.filters import (
     FilteredCall,
@@ -48,7 +52,7 @@ from knowtrace_train.methods.knowtrace.backtrace.training_prompts import PromptO
 from knowtrace_train.decisions import mark_decision
 from knowtrace_train.methods.knowtrace.config import COMPLETE, DEFAULT_PATH_RULE, EXPLORE, PATH_RULES, RECORD_KINDS
 from knowtrace_train.methods.knowtrace.outputs import SUFFICIENCY, judgement_span
-from knowtrace_train.trajectory import Trajectory, is_correct, split_prefix
+from knowtrace_train.trajectory import Trajectory, is_correct
 
 log = logging.getLogger(__name__)
 
@@ -201,19 +205,8 @@ def backtrace_trajectories(
     kept_whole = kept_changed = 0
 
     def record(fc: FilteredCall, traj: Trajectory, prompt: str, text: str, label: bool) -> dict[str, Any]:
-        # the prefix the engine fed is prompt-side: the loss goes on what the model wrote after it
-        prefix, completion = split_prefix(fc.call.prefix, text)
-        rec = {
-            "prompt": prompt,
-            "prefix": prefix,
-            "completion": completion,
-            "role": fc.role,
-            "trajectory_id": traj.id,
-            "iteration": iteration if iteration is not None else traj.iteration,
-        }
-        if labelled:
-            rec["label"] = label
-        span = judgement_span(prefix, completion) if fc.role == EXPLORE else None
+        rec = star_record(prompt, fc.call.prefix, text, fc.role, traj, iteration, label if labelled else None)
+        span = judgement_span(rec["prefix"], rec["completion"]) if fc.role == EXPLORE else None
         if span is not None:
             mark_decision(rec, SUFFICIENCY, *span)
         return rec
@@ -231,9 +224,7 @@ def backtrace_trajectories(
 
     for traj in trajectories:
         n_traj += 1
-        item = items_by_id.get(traj.question_id)
-        question = item.question if item is not None else traj.question
-        hinted = question.strip() != traj.question.strip()
+        question, hinted = plain_question(traj, items_by_id)
         if not is_correct(traj):
             reasons[SKIP_INCORRECT] += 1
             if "incorrect" in undesirable:
@@ -316,12 +307,7 @@ def backtrace_trajectories(
         "prompt_unavailable": prompt_unavailable,
     }
     if labelled:
-        stats["undesirable"] = {
-            "sources": sorted(undesirable),
-            "records": {r: sum(v.values()) for r, v in unwanted.items()},
-            "by_source": unwanted,
-            "skipped": dict(sorted(unwanted_skipped.items())),
-        }
+        stats["undesirable"] = undesirable_stats(undesirable, unwanted, unwanted_skipped)
     log.info("backtracing: %d/%d correct trajectories backtraced, FA %.3f", n_ok, n_correct, stats["fa_ratio"])
     return BacktraceResult(records_by_role=records, stats=stats, traces=traces)
 
