@@ -347,9 +347,9 @@ def load_corpus(config: EvalConfig, all_items: Sequence[QAItem]) -> list[Passage
         return build_corpus(all_items)
     if config.corpus.source == "kg":
         if config.corpus.triples == "world":
-            from knowtrace_train.data.world import make_world, world_facts
+            from knowtrace_train.data.bundled import world_triples
 
-            return kg_corpus(world_facts(make_world(0).kb))  # type: ignore[arg-type]
+            return kg_corpus(world_triples())
         return kg_corpus(item_triples(all_items) if config.corpus.triples == "items" else read_triples(config.corpus.triples))
     if config.corpus.source == "name":
         from knowtrace_train.data.corpus import read_named_corpus

@@ -1,4 +1,6 @@
-"""Generate the synthetic multi-hop world (questions and corpus) into a folder of JSON Lines."""
+"""Generate the synthetic multi-hop world (questions, corpus and facts) into a folder of JSON Lines.
+
+The generator is scripts/world/ (beside this script); the package ships only the files it writes."""
 
 from __future__ import annotations
 
@@ -10,8 +12,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from knowtrace_train.data.world import DEFAULT_SIZES, make_world, write_world  # noqa: E402
 from knowtrace_train.errors import user_errors  # noqa: E402
+from world import DEFAULT_SIZES, make_world, write_world  # noqa: E402  (scripts/world/)
 
 
 @user_errors

@@ -9,7 +9,7 @@ import sys
 import zipfile
 from pathlib import Path
 
-from knowtrace_train.data.bundled import WORLD_DIR, bundled_path
+from knowtrace_train.data.bundled import WORLD_DIR, bundled_path, world_triples
 from knowtrace_train.data.corpus import CorpusConfig
 from knowtrace_train.evaluate import EvalConfig
 from knowtrace_train.selftrain.config import DataConfig
@@ -45,6 +45,17 @@ def test_a_path_that_exists_or_is_not_the_worlds_is_left_as_given(tmp_path, monk
         assert bundled_path(other) == other
     assert CorpusConfig(path="my/corpus.jsonl").path == "my/corpus.jsonl"
 
+
+
+def test_the_worlds_triples_are_its_generators_facts(tmp_path, monkeypatch):
+    """DoG's `graph: world` and a `kg` corpus of `triples: world` read the packaged facts.jsonl, from any folder: the
+    very facts the generator (scripts/world/, which the package never imports) gives for seed 0, in its order."""
+    from world_helpers import make_world, world_facts
+
+    monkeypatch.chdir(tmp_path)
+    triples = world_triples()
+    assert len(triples) > 5000
+    assert triples == world_facts(make_world(0).kb)
 
 def test_a_built_wheel_carries_the_world(tmp_path):
     """The wheel, built from a copy of the package's sources (nothing is written into the checkout)."""

@@ -56,10 +56,12 @@ def distributions_of(top: str) -> set[str]:
 
 def _local(top: str, path: Path) -> bool:
     """A sibling module of a script (`from bench_prompts import ...` in scripts/bench/), a helper module of the lab
-    (scripts/lab/fair.py, which scripts/compare_methods.py reads `runs:` configs with), or a module of the
-    repository's tests/ (scripts/lab/chaos.py, a development tool, runs the tests' helpers)."""
+    (scripts/lab/fair.py, which scripts/compare_methods.py reads `runs:` configs with), a package of scripts/ (the
+    synthetic world's generator, scripts/world/), or a module of the repository's tests/ (scripts/lab/chaos.py, a
+    development tool, runs the tests' helpers)."""
     return (top == "knowtrace_train" or (path.parent / f"{top}.py").is_file() or (path.parent / top).is_dir()
-            or (ROOT / "scripts" / "lab" / f"{top}.py").is_file() or (ROOT / "tests" / f"{top}.py").is_file())
+            or (ROOT / "scripts" / "lab" / f"{top}.py").is_file() or (ROOT / "scripts" / top / "__init__.py").is_file()
+            or (ROOT / "tests" / f"{top}.py").is_file())
 
 
 def _extra_call(node: ast.AST) -> ast.Call | None:

@@ -126,7 +126,7 @@ def test_metaqa_files(tmp_path):
 
 def test_world_facts_load_and_answer():
     import time
-    from knowtrace_train.data.world import make_world, world_facts
+    from world_helpers import make_world, world_facts
     facts = world_facts(make_world(seed=0, scale=0.2, n_train=1, n_dev=1, n_test=1).kb)
     t = time.perf_counter()
     g = GraphStore(facts)

@@ -319,7 +319,8 @@ def test_question_kind_reads_items_and_records():
 
 
 def test_question_kind_covers_every_type_in_the_world_data():
-    from knowtrace_train.data.world_questions import CATEGORIES  # (type, hops) -> share
+    import world_helpers  # noqa: F401  (the generator, scripts/world/, on the path)
+    from world.questions import CATEGORIES  # (type, hops) -> share
 
     assert {question_kind(t) for t, _ in CATEGORIES} == {"bridge", "comparison"}
 

@@ -56,10 +56,6 @@ def test_eval_retrieval_on_the_real_samples(shared_data, tmp_path):
 def test_bench_retrieval_runs_small():
     pytest.importorskip("rank_bm25")
     pytest.importorskip("psutil")
-    try:
-        import knowtrace_train.data.world  # noqa: F401
-    except ImportError:
-        pytest.skip("the synthetic world (knowtrace_train.data.world) is not in this checkout")
     _, summary = run_script("scripts/bench/bench_retrieval.py", "--passages", "3000", "--queries", "300", "--ref-queries", "30")
     assert summary["passages"] >= 3000 and summary["queries"] == 300
     assert set(summary) >= {"qps", "reference_qps", "ratio", "top5_agreement"}

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from knowtrace_train.data.schema import Passage, QAItem, passage_id
-from knowtrace_train.data.world import SPLITS, make_world, write_world
-from knowtrace_train.data.world_names import nested_names
-from knowtrace_train.data.world_questions import CATEGORIES, EARLIER_WORDS, LATER_WORDS, _apportion
 from knowtrace_train.io import iter_jsonl
+from world_helpers import SPLITS, make_world, write_world  # the generator, scripts/world/ (on the path from here)
+from world.names import nested_names
+from world.questions import CATEGORIES, EARLIER_WORDS, LATER_WORDS, _apportion
 
 REPO = Path(__file__).resolve().parents[1]
 WORLD = REPO / "data" / "world"
@@ -215,7 +215,7 @@ def _smollm2_vocab() -> set[str]:
 
 def test_coined_words_are_not_common_real_words(committed):
     """No name word outside the fixed English title words is a whole-word token of the LM's vocabulary."""
-    from knowtrace_train.data import world_kb as K
+    from world import kb as K
 
     english = {w.lower() for w in K.ADJECTIVES + K.NOUNS + K.BAND_NOUNS + K.CITY_SUFFIXES}
     english |= {w.lower() for _, _, suffixes in K.SECTORS.values() for s in suffixes for w in s.split()}
@@ -277,7 +277,7 @@ def test_tiny_world_still_has_every_kind_of_question():
 
 
 def test_world_facts_hold_every_gold_triple_once():
-    from knowtrace_train.data.world import make_world, world_facts
+    from world_helpers import make_world, world_facts
 
     world = make_world(seed=0)
     facts = world_facts(world.kb)

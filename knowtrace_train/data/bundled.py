@@ -4,13 +4,15 @@ The defaults of every config name the world as a checkout does, `data/world/<fil
 to the package's folder). Run outside a checkout, from an installed wheel, that relative path is not there:
 `bundled_path` then gives the packaged copy, so `knowtrace-train selftrain` and `evaluate` run with their defaults
 wherever they are installed. A path that exists as given, or that is not the world's, is left as it is.
+`world_triples` reads the world's knowledge graph from the packaged facts.jsonl (its generator, scripts/world/,
+stays outside the package).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-#: the world's files in the installed package: train/dev/test.jsonl, corpus.jsonl, README.md
+#: the world's files in the installed package: train/dev/test.jsonl, corpus.jsonl, facts.jsonl, README.md
 WORLD_DIR = Path(__file__).resolve().parent / "world_files"
 #: how configs and the checkout name the world's folder
 CHECKOUT_WORLD = ("data", "world")
@@ -25,3 +27,13 @@ def bundled_path(path: str | None) -> str | None:
         return path
     packaged = WORLD_DIR / p.parts[2]
     return str(packaged) if packaged.is_file() else path
+
+
+def world_triples() -> list[tuple[str, str, str]]:
+    """The bundled world's knowledge graph: every fact of the packaged facts.jsonl as a (subject, relation, object)
+    triple, in the file's order (what scripts/world/'s `world_facts` gives for seed 0), for the methods that answer
+    over a graph (DoG) or turn one into text (a `kg` corpus of `triples: world`)."""
+    from knowtrace_train.data.facts import FACTS_FILE, FactIndex
+
+    return [(f.triplet.subject, f.triplet.relation, f.triplet.object)
+            for f in FactIndex.from_file(WORLD_DIR / FACTS_FILE).facts]

@@ -7,8 +7,8 @@ reduced open-domain setting IRCoT used for 2WikiMultihopQA and MuSiQue.
 A corpus built from a knowledge graph (`kg_corpus`) is the graph turned into text as MINTQA does
 (its App. F.2, after Yu et al. 2023): one passage per entity, the entity's 1-hop neighbourhood
 (every triple it is the subject or the object of) written one sentence per triple, cut into
-chunks of at most `max_triples` sentences. The triples come from the synthetic world
-(`data.world.world_facts`), from the gold chains of benchmark items (`item_triples`: MINTQA's
+chunks of at most `max_triples` sentences. The triples come from the synthetic world's facts.jsonl
+(`data.bundled.world_triples`), from the gold chains of benchmark items (`item_triples`: MINTQA's
 `triplets`) or from a triples file (`read_triples`).
 
 Command line: ``python -m knowtrace_train.data.corpus build ITEMS... --out corpus.jsonl``.

@@ -67,6 +67,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))  # the synthetic world's generator, scripts/world/
 
 import numpy as np  # noqa: E402
 
@@ -84,7 +85,7 @@ from knowtrace_train.retrieval.bm25 import BM25Retriever, BM25Settings, make_ana
 def make_corpus_and_queries(min_passages: int, n_queries: int, seed: int):
     """The world scaled until its corpus has at least `min_passages` passages, and up to
     `n_queries` distinct KnowTrace-style queries drawn from its gold chains."""
-    from knowtrace_train.data.world import make_world
+    from world import make_world
 
     probe = make_world(seed, scale=1.0)
     scale = max(1.0, min_passages / len(probe.corpus) * 1.02)

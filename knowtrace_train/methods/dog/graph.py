@@ -18,9 +18,9 @@ def graph_triples(source: str, items: Sequence[QAItem]) -> list[tuple[str, str, 
     from knowtrace_train.data.corpus import item_triples, read_triples
 
     if source == "world":
-        from knowtrace_train.data.world import make_world, world_facts
+        from knowtrace_train.data.bundled import world_triples
 
-        return world_facts(make_world(0).kb)
+        return world_triples()
     if source == "items":
         return item_triples(items)
     path = Path(source)

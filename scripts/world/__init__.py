@@ -1,5 +1,8 @@
 """The synthetic multi-hop world: the toolkit's bundled default data, generated from a seed.
 
+The generator of the files the package ships (knowtrace_train/data/world_files/), run by scripts/make_world.py;
+no user's run calls it (the package reads the shipped files, facts.jsonl included: data/bundled.py).
+
 `make_world(seed, scale)` builds fictional entities (countries, cities, universities, people,
 companies, films, novels, bands) with coined names, their facts, short passages stating them
 among distractors, and 1-4 hop questions with gold answers and gold evidence (the chain of
@@ -16,11 +19,12 @@ from pathlib import Path
 
 from knowtrace_train.data.facts import FACTS_FILE, Fact, write_facts
 from knowtrace_train.data.schema import Passage, QAItem
-from knowtrace_train.kg import Triplet
-from knowtrace_train.data.world_kb import RELATIONS, KnowledgeBase, build_kb, object_name
-from knowtrace_train.data.world_passages import write_passages
-from knowtrace_train.data.world_questions import QuestionMaker
 from knowtrace_train.io import write_jsonl
+from knowtrace_train.kg import Triplet
+
+from .kb import RELATIONS, KnowledgeBase, build_kb, object_name
+from .passages import write_passages
+from .questions import QuestionMaker
 
 SPLITS = ("train", "dev", "test")
 DEFAULT_SIZES = {"train": 1000, "dev": 200, "test": 200}

@@ -7,7 +7,7 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
-from knowtrace_train.data.world_names import NameCoiner, contains_shorter, nested_names
+from .names import NameCoiner, contains_shorter, nested_names
 
 YEAR = "year"
 

@@ -13,7 +13,8 @@ import random
 from dataclasses import dataclass, replace
 
 from knowtrace_train.data.schema import GoldEvidence, Passage, QAItem, SubQuestion
-from knowtrace_train.data.world_kb import COUNTRY_MERGES, KIND_NOUN, RELATIONS, YEAR, KnowledgeBase, Relation, object_name
+
+from .kb import COUNTRY_MERGES, KIND_NOUN, RELATIONS, YEAR, KnowledgeBase, Relation, object_name
 
 log = logging.getLogger(__name__)
 

@@ -7,7 +7,8 @@ import random
 from typing import Callable
 
 from knowtrace_train.data.schema import Passage, passage_id
-from knowtrace_train.data.world_kb import SECTORS, Entity, KnowledgeBase
+
+from .kb import SECTORS, Entity, KnowledgeBase
 
 #: A passage stays within this many words and sentences (5 of them go into a small model's prompt).
 MAX_WORDS = 78
