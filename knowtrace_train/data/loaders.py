@@ -597,14 +597,9 @@ def _text(row: dict, key: str) -> str:
 
 
 def _answer(row: dict, key: str) -> str:
+    """`_text`, a number read as its text (an answer may be a year or a count)."""
     v = _present(row, key)
-    if isinstance(v, (int, float)) and not isinstance(v, bool):
-        v = str(v)
-    if not isinstance(v, str):
-        raise _RowError(f"field {key!r} must be a string, got {type(v).__name__}")
-    if not v.strip():
-        raise _RowError(f"field {key!r} is empty")
-    return v
+    return str(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else _text(row, key)
 
 
 def _list(row: dict, key: str) -> list:
