@@ -214,10 +214,10 @@ def test_the_fixed_schedule_joins_each_evaluation_before_the_training_after_it(t
     on both threads."""
     run, rows, calls = _run(tmp_path, tiny_model_dir, beside=True, eval_beside_fixed=fixed)
     seen = []  # per join: the evaluation, the main thread's threads once it has ended and once joined, the stages done
-    finish = run._finish_pending
+    finish = run.evaluations.join
 
     def watched(metrics):
-        job = run._pending[0] if run._pending is not None else None
+        job = run.evaluations._pending[0] if run.evaluations._pending is not None else None
         if job is not None:
             job._thread.join()  # the evaluation has ended before the main thread joins it
             follow()  # what the main thread's next training step or generation call does
@@ -229,7 +229,7 @@ def test_the_fixed_schedule_joins_each_evaluation_before_the_training_after_it(t
         if job is not None:
             seen.append((job.name, ended, torch.get_num_threads(), done))
 
-    run._finish_pending = watched
+    run.evaluations.join = watched
     before = torch.get_num_threads()
     try:
         run.run()

@@ -328,13 +328,13 @@ def test_the_grpo_configs_load_and_size_the_gpu_passes():
 def test_rollout_questions_take_the_next_slice_of_d_each_iteration_wrapping_round():
     from types import SimpleNamespace
 
-    from knowtrace_train.selftrain.training import AdapterTraining
+    from knowtrace_train.selftrain.rollout_stage import Rollouts
 
     run = SimpleNamespace(questions=SimpleNamespace(rollout=list("abcde")),
                           config=SimpleNamespace(rollout=SimpleNamespace(questions=2)))
-    assert [AdapterTraining.rollout_items(run, z) for z in (1, 2, 3, 4)] == [
+    assert [Rollouts(run).items(z) for z in (1, 2, 3, 4)] == [
         ["a", "b"], ["c", "d"], ["e", "a"], ["b", "c"]]
     run.config.rollout.questions = None
-    assert AdapterTraining.rollout_items(run, 3) == list("abcde")
+    assert Rollouts(run).items(3) == list("abcde")
     with pytest.raises(ConfigError, match=r"rollout.questions must be an integer >= 1 or null"):
         load_config(SelfTrainConfig, None, ["--rollout.questions", "0"])

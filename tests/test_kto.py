@@ -251,9 +251,9 @@ def test_a_role_with_one_class_is_trained_by_sft_or_skipped_as_the_config_says(t
         load_config(SelfTrainConfig, None, ["--kto.one_class", "dpo"])
     cfg = load_config(SelfTrainConfig, None, tiny_overrides(tmp_path, tiny_model_dir, mode="kto"))
     run = SelfTrain(cfg, progress=False)
-    sft = run._train(tmp_path, "explore", good, tiny_model_dir, cfg.train, seed=0, trainer="kto")
+    sft = run.train.adapter(tmp_path, "explore", good, tiny_model_dir, cfg.train, seed=0, trainer="kto")
     assert sft["kto_fallback"]["plan"] == "sft" and sft["records"] == 4 and "kto" not in sft
     assert (tmp_path / "adapters/explore/adapter_config.json").is_file()
-    skipped = run._train(tmp_path, "complete", bad, tiny_model_dir, cfg.train, seed=0, trainer="kto")
+    skipped = run.train.adapter(tmp_path, "complete", bad, tiny_model_dir, cfg.train, seed=0, trainer="kto")
     assert skipped["records"] == 0 and skipped["kto_fallback"]["plan"] == "skip"
     assert not (tmp_path / "adapters/complete").exists()

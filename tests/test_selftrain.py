@@ -303,13 +303,13 @@ def test_eval_files_of_other_questions_are_not_paired(tmp_path, caplog):
     row = {"answers": ["x"], "prediction": "x", "em": 1.0, "f1": 1.0}
     write_jsonl(tmp_path / "iter_0" / "eval.jsonl", [{**row, "question_id": f"q{i}"} for i in range(3)])
     write_jsonl(tmp_path / "iter_1" / "eval.jsonl", [{**row, "question_id": f"q{i}"} for i in (0, 2, 1)])
-    assert run._compare("M0", tmp_path / "iter_0", tmp_path / "iter_1")["n"] == 3  # another order: paired by id
+    assert run.evaluations.compare("M0", tmp_path / "iter_0", tmp_path / "iter_1")["n"] == 3  # another order: paired by id
     write_jsonl(tmp_path / "iter_1" / "eval.jsonl", [{**row, "question_id": f"q{i}"} for i in (0, 2, 5)])
-    out = run._compare("M0", tmp_path / "iter_0", tmp_path / "iter_1")
+    out = run.evaluations.compare("M0", tmp_path / "iter_0", tmp_path / "iter_1")
     assert out["model"] == "M0" and "other questions" in out["refused"] and "em" not in out
     assert "no paired test of iter_1 against M0" in caplog.text
     assert table_row({"iteration": 1, "eval": {"em": 1.0}, "vs_m0": out}).split()[-1] == "-"
-    assert run._compare("M0", tmp_path / "iter_0", tmp_path / "iter_2") is None
+    assert run.evaluations.compare("M0", tmp_path / "iter_0", tmp_path / "iter_2") is None
     # M0's evaluation: the bootstrap's, or the raw base's when M0 is the raw base
     assert run.m0_folder(ModelState(name="M0", model="m")) == run.run_dir / "iter_0"
     assert run.m0_folder(run.raw_base()) == run.run_dir / "base"

@@ -33,7 +33,7 @@ def cache(tmp_path, monkeypatch) -> Path:
 @pytest.fixture
 def calls(monkeypatch) -> dict[str, list[Path]]:
     """What the runs compute: the output of every rollout, every trained adapter, every merged model."""
-    import knowtrace_train.selftrain.loop as loop
+    import knowtrace_train.selftrain.rollout_stage as rollout_stage
     import knowtrace_train.train.lora as lora
     import knowtrace_train.train.merge as merge
 
@@ -45,7 +45,7 @@ def calls(monkeypatch) -> dict[str, list[Path]]:
             return fn(*args, **kwargs)
         return wrapped
 
-    monkeypatch.setattr(loop, "run_rollouts", spy("rollout", loop.run_rollouts, 1))
+    monkeypatch.setattr(rollout_stage, "run_rollouts", spy("rollout", rollout_stage.run_rollouts, 1))
     monkeypatch.setattr(lora, "train_role", spy("train", lora.train_role, 2))
     monkeypatch.setattr(merge, "merge_adapters_into_base", spy("merge", merge.merge_adapters_into_base, 2))
     return seen

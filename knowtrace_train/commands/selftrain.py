@@ -111,7 +111,7 @@ def run_one(config: SelfTrainConfig, quiet: bool) -> dict:
     if run.procs.is_main:
         beside = " (evaluations ran beside the other stages, so the stages' seconds add up to more than the wall)"
         print(f"wall time {time.perf_counter() - t0:.0f}s this invocation; stage seconds"
-              + (beside if run.evaluations_beside else "") + ": "
+              + (beside if run.evaluations.beside else "") + ": "
               + ", ".join(f"{k} {v:.0f}" for k, v in summary["seconds"].items()), flush=True)
         report = write_report([run.run_dir], run.run_dir / "report.html")
         sys.stderr.flush()  # the log's last lines before the table, on a terminal that shows both

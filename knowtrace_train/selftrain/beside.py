@@ -32,6 +32,7 @@ from typing import Any, Callable, Iterator
 
 from knowtrace_train.config import ConfigError
 from knowtrace_train.io import write_json
+from knowtrace_train.pairing import compare_evals
 from knowtrace_train.stages import is_done
 from knowtrace_train.threads import SHARE
 
@@ -100,48 +101,64 @@ class BesideJob:
 
 
 class Evaluations:
-    """The dev evaluations of SelfTrain (a mixin): in turn, or each beside the next stages."""
+    """The run's dev evaluations: a model in, its metrics row recorded (`record(row, metrics)`) once evaluated; in
+    turn, or each on a worker thread beside the next stages. Built with the run's context (context.py) and its
+    rollout stage (rollout_stage.py)."""
 
-    #: threads lent to an evaluation beside the next stages (0: in turn), whether the schedule is the fixed one
-    #: (`eval_beside_fixed`), the process's threads, and the
-    #: evaluation running beside with the function that finishes its model's metrics (set by `run`)
-    _beside = 0
-    _fixed = False
-    _threads = 1
-    _pending: tuple[BesideJob, Callable[[dict[str, Any] | None], dict[str, Any]]] | None = None
-    #: whether the raw base's evaluation waits for its place in the fixed schedule (`_evaluate_base`)
-    _base_waits = False
+    def __init__(self, run, rollouts, record: Callable[[dict[str, Any], list[dict[str, Any]]], None]) -> None:
+        self.run = run
+        self.rollouts = rollouts
+        #: records a finished model's row in the run's metrics (SelfTrain: appended, shown, summarized)
+        self.record = record
+        #: threads lent to an evaluation beside the next stages (0: in turn), whether the schedule is the fixed one
+        #: (`eval_beside_fixed`), the process's threads (set by `start`), and the evaluation running beside with the
+        #: function that finishes its model's metrics
+        self.threads_beside = 0
+        self.fixed = False
+        self._threads = 1
+        self._pending: tuple[BesideJob, Callable[[dict[str, Any] | None], dict[str, Any]]] | None = None
+        #: whether the raw base's evaluation waits for its place in the fixed schedule (`base`)
+        self._base_waits = False
+
+    def start(self, threads: int) -> None:
+        """The schedule of a run whose process has `threads` torch threads."""
+        cfg = self.run.config
+        self.threads_beside = beside_threads(cfg.eval_beside, threads, self.run.procs.world, cfg.generator.backend,
+                                             self._generator_device())
+        self._threads, self._pending, self._base_waits = threads, None, False
+        self.fixed = self.threads_beside > 0 and cfg.eval_beside_fixed
 
     @property
-    def evaluations_beside(self) -> bool:
-        """Whether this run evaluates beside the next stages (known once `run` has started)."""
-        return self._beside > 0
+    def beside(self) -> bool:
+        """Whether this run evaluates beside the next stages (known once the run has started)."""
+        return self.threads_beside > 0
 
     def _generator_device(self) -> str:
         from knowtrace_train.generation.hf import pick_device
 
-        return str(pick_device(self.config.generator.device).type)
+        return str(pick_device(self.run.config.generator.device).type)
 
-    def _evaluate(self, folder: Path, state, seed: int, iteration: int | None,
-                  finish: Callable[[dict[str, Any] | None], dict[str, Any]], metrics: list[dict[str, Any]],
-                  last: bool = False) -> None:
+    def evaluate(self, folder: Path, state, seed: int, iteration: int | None,
+                 finish: Callable[[dict[str, Any] | None], dict[str, Any]], metrics: list[dict[str, Any]],
+                 last: bool = False) -> None:
         """Evaluate `state` on the dev questions; `finish(eval figures)` makes the model's metrics (written),
         then recorded in `metrics`, shown and summarized. With `eval_beside` it runs on a worker thread beside
         the next stages and is finished when the main thread joins it: before the next training in the fixed
         schedule, else when the next model's evaluation is due (the previous one first: rows in order). The
         `last` evaluation, which no stage follows, runs on the main thread: in the fixed schedule on as many
         threads as an evaluation beside (every model's row decoded on the same thread count), beside the raw
-        base's where that waits for it (`_evaluate_base`); else on every thread."""
-        self._finish_pending(metrics)
-        if last and self._fixed:
+        base's where that waits for it (`base`); else on every thread."""
+        self.join(metrics)
+        if last and self.fixed:
             with self._on_beside_threads():
                 if self._base_waits:
                     self._base_waits = False
-                    self._beside_job(*self._base_args(), self._base_finish(metrics), metrics, keep=self._beside)
-                self._record(finish(self._eval(folder, state, seed, iteration)), metrics)
-                self._finish_pending(metrics)
-        elif not self._beside or last:
-            self._record(finish(self._eval(folder, state, seed, iteration)), metrics)
+                    self._beside_job(*self._base_args(), self._base_finish(metrics), metrics,
+                                     keep=self.threads_beside)
+                self.record(finish(self.rollouts.evaluate(folder, state, seed, iteration)), metrics)
+                self.join(metrics)
+        elif not self.threads_beside or last:
+            self.record(finish(self.rollouts.evaluate(folder, state, seed, iteration)), metrics)
         else:
             self._beside_job(folder, state, seed, iteration, finish, metrics)
 
@@ -150,67 +167,91 @@ class Evaluations:
                     keep: int | None = None) -> None:
         """The evaluation on a worker thread (`_pending`), the main thread keeping `keep` threads (None: the rest),
         or at once where it is done or the cache serves it."""
-        if is_done(folder, "eval") or self.served_from_cache(
-                "eval", self.rollout_inputs(state, self.questions.dev, seed, iteration)):
-            self._record(finish(self._eval(folder, state, seed, iteration)), metrics)
+        run, rollouts = self.run, self.rollouts
+        if is_done(folder, "eval") or run.reuse.served(
+                "eval", rollouts.inputs(state, run.questions.dev, seed, iteration)):
+            self.record(finish(rollouts.evaluate(folder, state, seed, iteration)), metrics)
             return
         # what the worker would otherwise build lazily, beside the main thread's use of it; and its generator:
         # loading models is not thread-safe (transformers patches torch.nn while it loads), and here the load
         # draws from torch's global generator at the point of the run where evaluations in turn draw
-        _ = self.retriever, self.base_path, self.reuse_cache is not None and self.corpus_fingerprint()
-        generator = self.build_generator(state)
+        _ = run.retriever, run.base_path, run.reuse.cache is not None and run.reuse.corpus_fingerprint()
+        generator = run.build_generator(state)
 
         def beside() -> dict[str, Any]:
             try:
-                return self._eval(folder, state, seed, iteration, generator=generator)
+                return rollouts.evaluate(folder, state, seed, iteration, generator=generator)
             finally:
                 generator.close()  # where the stage came from the reuse cache, or every question was done
 
-        self._pending = (BesideJob(beside, self._threads, self._beside, f"{folder.name} dev eval", self._fixed, keep),
-                         finish)
+        self._pending = (BesideJob(beside, self._threads, self.threads_beside, f"{folder.name} dev eval", self.fixed,
+                                   keep), finish)
 
-    def _evaluate_base(self, metrics: list[dict[str, Any]], m0: bool | None = None) -> None:
-        """The raw base's dev evaluation: called by `run` first (`m0` None) and by `_m0` once it knows whether the
-        raw base is M0 itself. In the fixed schedule it waits for its place: where M0 is the raw base, M0's (beside
-        iteration 1's rollouts); else beside the last evaluation, each on as many threads as an evaluation beside
-        the rollouts, so that every row of the run is decoded on the same thread count (on CPUs whose products
-        round otherwise on one thread than on two, a row decoded on two threads is a different measurement) and
-        the second thread is not idle at the end. Otherwise it runs at once: beside the bootstrap, or in turn."""
-        cfg = self.config
+    def base(self, metrics: list[dict[str, Any]], m0: bool | None = None) -> None:
+        """The raw base's dev evaluation: called by the run first (`m0` None) and by the bootstrap once it knows
+        whether the raw base is M0 itself. In the fixed schedule it waits for its place: where M0 is the raw base,
+        M0's (beside iteration 1's rollouts); else beside the last evaluation, each on as many threads as an
+        evaluation beside the rollouts, so that every row of the run is decoded on the same thread count (on CPUs
+        whose products round otherwise on one thread than on two, a row decoded on two threads is a different
+        measurement) and the second thread is not idle at the end. Otherwise it runs at once: beside the
+        bootstrap, or in turn."""
+        cfg = self.run.config
         if m0 is None:
-            if self._fixed:
+            if self.fixed:
                 self._base_waits = True
             else:
-                self._evaluate(*self._base_args(), self._base_metrics, metrics,
-                               last=cfg.iterations == 0 and cfg.bootstrap.mode == "never")
+                self.evaluate(*self._base_args(), self._base_metrics, metrics,
+                              last=cfg.iterations == 0 and cfg.bootstrap.mode == "never")
         elif m0 and self._base_waits:
             self._base_waits = False
-            self._evaluate(*self._base_args(), self._base_metrics, metrics, last=cfg.iterations == 0)
+            self.evaluate(*self._base_args(), self._base_metrics, metrics, last=cfg.iterations == 0)
 
     def _base_args(self) -> tuple[Path, Any, int, None]:
-        """The raw base's evaluation as `_evaluate` takes it: its folder, model, seed and (no) iteration."""
-        return self.run_dir / "base", self.raw_base(), self.config.strategy.seed, None
+        """The raw base's evaluation as `evaluate` takes it: its folder, model, seed and (no) iteration."""
+        return self.run.run_dir / "base", self.run.raw_base(), self.run.config.strategy.seed, None
 
-    def _finish_evaluations(self, metrics: list[dict[str, Any]]) -> None:
+    def _base_metrics(self, ev: dict[str, Any] | None) -> dict[str, Any]:
+        m = {"iteration": "base", "model": "base", "eval": ev, "seconds": {"eval": ev["seconds"]}}
+        if self.run.procs.is_main:
+            write_json(self.run.run_dir / "base" / "metrics.json", m)
+        return m
+
+    def finish_all(self, metrics: list[dict[str, Any]]) -> None:
         """At the end of the run: join the evaluation beside, and run the raw base's if it still waits (the run
         stopped before its last evaluation), as the last evaluation, on the threads it would have had."""
-        self._finish_pending(metrics)
+        self.join(metrics)
         if self._base_waits:
             self._base_waits = False
-            self._evaluate(*self._base_args(), self._base_finish(metrics), metrics, last=True)
+            self.evaluate(*self._base_args(), self._base_finish(metrics), metrics, last=True)
 
     def _base_finish(self, metrics: list[dict[str, Any]]) -> Callable[[dict[str, Any] | None], dict[str, Any]]:
         """The raw base's metrics, and M0's paired test against it where M0's row came first."""
+        run_dir = self.run.run_dir
+
         def finish(ev: dict[str, Any] | None) -> dict[str, Any]:
             m = self._base_metrics(ev)
             for row in metrics:
                 if row.get("iteration") == 0 and row.get("vs_base") is None:
-                    row["vs_base"] = self._compare("base", self.run_dir / "base", self.run_dir / "iter_0")
-                    if self.procs.is_main:
-                        write_json(self.run_dir / "iter_0" / "metrics.json", row)
+                    row["vs_base"] = self.compare("base", run_dir / "base", run_dir / "iter_0")
+                    if self.run.procs.is_main:
+                        write_json(run_dir / "iter_0" / "metrics.json", row)
             return m
 
         return finish
+
+    def compare(self, against: str, a_folder: Path, b_folder: Path) -> dict[str, Any] | None:
+        """The model evaluated in `b_folder` against the one in `a_folder` (named `against`) on the
+        dev questions: {"model": against, "n", "em", "f1"} (paired tests, `pairing.compare_evals`,
+        read from the two eval.jsonl files). None where either was not evaluated; {"model",
+        "refused"} where the files hold other questions (they never should in one run folder)."""
+        a, b = a_folder / "eval.jsonl", b_folder / "eval.jsonl"
+        if not (a.is_file() and b.is_file()):
+            return None
+        try:
+            return {"model": against, **compare_evals(a, b, seed=self.run.config.seed)}
+        except ValueError as e:
+            log.warning("no paired test of %s against %s: %s", b_folder.name, against, e)
+            return {"model": against, "refused": str(e)}
 
     @contextmanager
     def _on_beside_threads(self) -> Iterator[None]:
@@ -219,19 +260,20 @@ class Evaluations:
         import torch
 
         before = torch.get_num_threads()
-        torch.set_num_threads(self._beside)
+        torch.set_num_threads(self.threads_beside)
         try:
             yield
         finally:
             torch.set_num_threads(before)
 
-    def _finish_pending(self, metrics: list[dict[str, Any]]) -> None:
+    def join(self, metrics: list[dict[str, Any]]) -> None:
+        """Wait for the evaluation beside, if one runs, and record its model's row."""
         if self._pending is not None:
             job, finish = self._pending
             self._pending = None
-            self._record(finish(job.result()), metrics)
+            self.record(finish(job.result()), metrics)
 
-    def _record(self, m: dict[str, Any], metrics: list[dict[str, Any]]) -> None:
-        metrics.append(m)
-        self._emit(m)
-        self._write_summary(metrics)
+    def abandon(self) -> None:
+        """Where the run fails: let the evaluation beside end without its row (nothing of the run writes after)."""
+        if self._pending is not None:
+            self._pending[0].wait_quietly()

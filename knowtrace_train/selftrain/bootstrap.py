@@ -5,8 +5,7 @@ questions. The method writes the gold records (`Method.gold_records`); the loop 
 all of them (`bootstrap.joint`) or one per role, merges them into the weights (iter_0/model) and
 records where M0 is in m0.json. With `reuse`, an M0 made by another run from the same base, records
 and training settings comes from the cache home instead (reuse.py): its files hard-linked into
-iter_0/, or, where links cannot be made, m0.json pointing at the cache folder. A mixin of SelfTrain:
-it uses the run's stages, rollouts, training and reuse cache.
+iter_0/, or, where links cannot be made, m0.json pointing at the cache folder. `Bootstrap` is the stage.
 """
 
 from __future__ import annotations
@@ -19,7 +18,7 @@ from knowtrace_train.config import config_to_dict
 from knowtrace_train.errors import RunError
 from knowtrace_train.io import write_json
 from knowtrace_train.selftrain.models import (
-    ModelState, bootstrapped_m0, read_records, read_thresholds, recorded_m0_path, run_relative)
+    ModelState, bootstrapped_m0, read_sft, read_thresholds, m0_path, run_relative, strategy_config)
 from knowtrace_train.selftrain.reuse import link_tree, reused
 from knowtrace_train.stages import is_done
 
@@ -31,20 +30,26 @@ BOOTSTRAP_ADAPTERS = "bootstrap_adapters"
 
 
 class Bootstrap:
-    """The M0 stages of SelfTrain."""
+    """Iteration 0: the raw base in, M0 out (trained, merged, calibrated; its evaluation started). Built with the
+    run's context (context.py) and the stages it runs: the probe's rollouts, the adapters' training, the
+    calibration and the dev evaluations."""
+
+    def __init__(self, run, rollouts, train, calibrate, evaluations) -> None:
+        self.run = run
+        self.rollouts = rollouts
+        self.train = train
+        self.calibrate = calibrate
+        self.evaluations = evaluations
 
     def m0_state(self, bootstrapped: bool) -> ModelState:
         """M0 as the loop runs it (the merged model, or the raw base)."""
         if not bootstrapped:
-            return self.raw_base()
-        return bootstrapped_m0(self.config, self.m0_path(), read_thresholds(self.run_dir / "iter_0"))
+            return self.run.raw_base()
+        return bootstrapped_m0(self.run.config, m0_path(self.run.run_dir), read_thresholds(self.run.run_dir / "iter_0"))
 
-    def m0_path(self) -> Path:
-        """The merged M0's folder: iter_0/model, or the reuse cache's folder that m0.json names."""
-        return recorded_m0_path(self.run_dir) or self.run_dir / "iter_0" / "model"
-
-    def _m0(self, metrics: list[dict[str, Any]]) -> ModelState:
-        cfg = self.config
+    def __call__(self, metrics: list[dict[str, Any]]) -> ModelState:
+        """M0; its metrics go to `metrics` once it is evaluated."""
+        cfg = self.run.config
         if cfg.bootstrap.mode == "always":
             bootstrap = True
         elif cfg.bootstrap.mode == "never":
@@ -52,17 +57,17 @@ class Bootstrap:
         else:
             bootstrap = self._probe()
         if not bootstrap:
-            self._write_m0(str(self.base_path), bootstrapped=False)
-            self._evaluate_base(metrics, m0=True)  # where it waited: M0's evaluation
-            return self.raw_base()
+            self._write_m0(str(self.run.base_path), bootstrapped=False)
+            self.evaluations.base(metrics, m0=True)  # where it waited: M0's evaluation
+            return self.run.raw_base()
         return self._bootstrap(metrics)
 
     def _probe(self) -> bool:
         """Bootstrap "auto": whether the raw base answers too few of the first train questions."""
-        cfg = self.config
-        folder = self.run_dir / "base"
-        items = self.questions.rollout[: cfg.bootstrap.probe_questions]
-        info = self._rollout_stage(folder, "probe", "probe", self.raw_base(), items, "probe.jsonl", cfg.strategy.seed,
+        cfg = self.run.config
+        folder = self.run.run_dir / "base"
+        items = self.run.questions.rollout[: cfg.bootstrap.probe_questions]
+        info = self.rollouts.stage(folder, "probe", "probe", self.run.raw_base(), items, "probe.jsonl", cfg.strategy.seed,
                                    "probe (raw base)", None)
         need = info["em"] < cfg.bootstrap.min_em
         log.info("bootstrap auto: the raw base answers %.3f of %d train questions (threshold %.3f): %s",
@@ -70,53 +75,54 @@ class Bootstrap:
         return need
 
     def _bootstrap(self, metrics: list[dict[str, Any]]) -> ModelState:
-        """M0, trained and merged; its metrics go to `metrics` once it is evaluated (`SelfTrain._evaluate`)."""
-        cfg = self.config
-        folder = self.run_dir / "iter_0"
-        gold = self.stages.run(folder, "gold", lambda: self._gold(folder))
-        kinds = self.record_kinds()
-        records = {k: read_records(folder / f"sft_{k}.jsonl") for k in kinds}
+        """M0, trained and merged; its metrics go to `metrics` once it is evaluated (`Evaluations.evaluate`)."""
+        cfg = self.run.config
+        folder = self.run.run_dir / "iter_0"
+        gold = self.run.stages.run(folder, "gold", lambda: self._gold(folder))
+        kinds = self.run.record_kinds()
+        records = read_sft(folder, kinds)
         if cfg.bootstrap.joint:
             groups = {"bootstrap": [r for k in kinds for r in records[k]]}
         else:
-            groups = self._records_per_adapter(records)
+            groups = self.train.groups(records)
         entry = cached = None
-        if self.reuse_cache is not None:
-            inputs = self.m0_inputs(groups)
+        reuse = self.run.reuse
+        if reuse.cache is not None:
+            inputs = reuse.m0_inputs(groups)
             # M0's own key is what the keys of its evaluation and of iteration 1's rollouts know of it
-            self._m0_key = self.reuse_cache.entry("m0", inputs).key
+            reuse.m0_key = reuse.cache.entry("m0", inputs).key
             # a run that has trained part of its M0 already finishes it, and stores it as an uninterrupted run does
             # (under the entry's lock: the store removes what a store of it that a kill cut short left)
             if not (is_done(folder, "merge") or any(is_done(folder, f"train_{a}") for a in groups)):
-                entry, cached = self.reuse_lookup("m0", lambda: inputs, "M0 (iter_0/model)")
-            elif not is_done(folder, "merge") and self.procs.is_main:
-                entry = self.reuse_cache.entry("m0", inputs)
-                self.reuse_cache.claim(entry, "M0 (iter_0/model)", self.run_dir)
+                entry, cached = reuse.lookup("m0", lambda: inputs, "M0 (iter_0/model)")
+            elif not is_done(folder, "merge") and self.run.procs.is_main:
+                entry = reuse.cache.entry("m0", inputs)
+                reuse.cache.claim(entry, "M0 (iter_0/model)", self.run.run_dir)
         try:  # the M0 entry's lock (taken by the lookup) is held until M0 is stored or linked
             train_info = {}
             for i, (adapter, recs) in enumerate(groups.items()):
                 if cached is not None:
-                    body = lambda a=adapter: reused(cached["train"].get(a, {}), entry.path if entry else None, self.procs)
+                    body = lambda a=adapter: reused(cached["train"].get(a, {}), entry.path if entry else None, self.run.procs)
                 else:
-                    body = lambda a=adapter, r=recs, i=i: self._train(folder, a, r, self.base_path, cfg.bootstrap.train,
+                    body = lambda a=adapter, r=recs, i=i: self.train.adapter(folder, a, r, self.run.base_path, cfg.bootstrap.train,
                                                                       seed=cfg.seed * 1000 + i, subdir=BOOTSTRAP_ADAPTERS)
-                train_info[adapter] = self.stages.run(folder, f"train_{adapter}", body)
+                train_info[adapter] = self.run.stages.run(folder, f"train_{adapter}", body)
             trained = [a for a, t in train_info.items() if t.get("records", 0) > 0]
             if not trained:
-                raise RunError(f"bootstrap: no gold trajectory could be built from {len(self.questions.bootstrap)} "
+                raise RunError(f"bootstrap: no gold trajectory could be built from {len(self.run.questions.bootstrap)} "
                                  f"train questions ({gold.get('skipped')}); set bootstrap.mode: never or check the data")
             if cached is not None:
-                merge = self.stages.run(folder, "merge", lambda: self._reuse_m0(folder, entry, cached))
+                merge = self.run.stages.run(folder, "merge", lambda: self._reuse_m0(folder, entry, cached))
             else:
-                merge = self.stages.run(folder, "merge", lambda: self._merge(
+                merge = self.run.stages.run(folder, "merge", lambda: self._merge(
                     folder, [folder / BOOTSTRAP_ADAPTERS / a for a in trained], entry, train_info))
         finally:
-            self.reuse_release(entry)
+            reuse.release(entry)
         state = self.m0_state(bootstrapped=True)
         if not (Path(state.model) / "config.json").is_file():
             raise RunError(f"M0 of this run, {state.model} (m0.json), is gone or incomplete (a cleared reuse "
                              f"cache?); remove {folder / 'DONE.merge'} and the train_* markers beside it to rebuild it")
-        state = self.calibrated(folder, state, cfg.strategy.seed)
+        state = self.calibrate(folder, state, cfg.strategy.seed)
 
         def finish(ev: dict[str, Any] | None) -> dict[str, Any]:
             m = {
@@ -124,13 +130,13 @@ class Bootstrap:
                 "model": "M0 (bootstrapped)",
                 "gold": gold,
                 "sft_records": {k: len(v) for k, v in records.items()},
-                "sft_records_per_adapter": {a: len(r) for a, r in self._records_per_adapter(records).items()},
+                "sft_records_per_adapter": {a: len(r) for a, r in self.train.groups(records).items()},
                 "train": train_info,
                 "eval": ev,
                 # M0 against the raw base on the dev questions (None where the base was not evaluated)
                 # None where the raw base's evaluation comes later (the fixed schedule: it fills this in then)
-                "vs_base": (self._compare("base", base, folder)
-                            if is_done(base := self.run_dir / "base", "eval") else None),
+                "vs_base": (self.evaluations.compare("base", base, folder)
+                            if is_done(base := self.run.run_dir / "base", "eval") else None),
                 "seconds": {
                     "gold": gold["seconds"],
                     "train": sum(t["seconds"] for t in train_info.values()),
@@ -138,37 +144,37 @@ class Bootstrap:
                     "eval": ev["seconds"],
                 },
             }
-            if self.procs.is_main:
+            if self.run.procs.is_main:
                 write_json(folder / "metrics.json", m)
             return m
 
-        self._evaluate(folder, state, cfg.strategy.seed, 0, finish, metrics, last=cfg.iterations == 0)
+        self.evaluations.evaluate(folder, state, cfg.strategy.seed, 0, finish, metrics, last=cfg.iterations == 0)
         return state
 
     def _gold(self, folder: Path) -> dict[str, Any]:
-        cfg = self.config
+        cfg = self.run.config
         info: dict[str, Any] = {}
-        if self.procs.is_main:
-            res = self.method.gold_records(
-                cfg.strategy, self.questions.bootstrap, self.retriever, fewshot=cfg.fewshot_trained,
-                require_support=cfg.bootstrap.require_support, count_tokens=self.count_tokens, iteration=0,
+        if self.run.procs.is_main:
+            res = self.run.method.gold_records(
+                cfg.strategy, self.run.questions.bootstrap, self.run.retriever, fewshot=cfg.fewshot_trained,
+                require_support=cfg.bootstrap.require_support, count_tokens=self.run.count_tokens, iteration=0,
                 # the raw base, built only by a method whose gold labels ask it (MINTQA-dynamic's certainty)
-                make_generator=lambda: self.build_generator(self.raw_base()),
+                make_generator=lambda: self.run.build_generator(self.run.raw_base()),
                 facts=self._facts(),
             )
-            self._write_records(folder, res.records_by_role)
+            self.run.write_records(folder, res.records_by_role)
             write_json(folder / "gold.json", res.stats)
             info = {"items": res.stats["items"], "trajectories": res.stats["trajectories"],
                     "skipped": res.stats["skipped"], "records": res.stats["records"]}
-        return self.procs.broadcast(info)
+        return self.run.procs.broadcast(info)
 
     def _facts(self):
         """The facts the corpus states (`data.facts`, facts.jsonl beside the corpus file, else the gold evidence of
         the bootstrap's and rollouts' questions): what gold completions write (data/facts.py)."""
         from knowtrace_train.data.facts import load_facts
 
-        d = self.config.data
-        q = self.questions
+        d = self.run.config.data
+        q = self.run.questions
         corpus = d.corpus.path if d.corpus.source == "file" else None
         facts = load_facts(d.facts, corpus, [*q.bootstrap, *q.rollout])
         log.info("gold facts: %d from %s", len(facts), facts.source)
@@ -183,38 +189,38 @@ class Bootstrap:
 
         t0 = time.perf_counter()
         info: dict[str, Any] = {"adapters": [a.name for a in adapters]}
-        if self.procs.is_main:
-            merge_adapters_into_base(self.base_path, adapters, folder / "model")
+        if self.run.procs.is_main:
+            merge_adapters_into_base(self.run.base_path, adapters, folder / "model")
             self._write_m0(str(folder / "model"), bootstrapped=True)
             info["seconds"] = round(time.perf_counter() - t0, 3)
             if entry is not None:
                 files = {"model": folder / "model", BOOTSTRAP_ADAPTERS: folder / BOOTSTRAP_ADAPTERS}
-                self.reuse_cache.store(entry, files, {"train": train_info, "merge": info}, self.run_dir, link=True)
+                self.run.reuse.cache.store(entry, files, {"train": train_info, "merge": info}, self.run.run_dir, link=True)
         return info
 
     def _reuse_m0(self, folder: Path, entry, cached: dict[str, Any]) -> dict[str, Any]:
         """M0 from the reuse cache: its model folder and adapters hard-linked into iter_0/ (no disk
         used), or, where the file system refuses links, m0.json pointing at the cache's folder."""
         how = None
-        if self.procs.is_main:
+        if self.run.procs.is_main:
             linked = link_tree(entry.path / "model", folder / "model")
             if linked and (entry.path / BOOTSTRAP_ADAPTERS).is_dir():
                 linked = link_tree(entry.path / BOOTSTRAP_ADAPTERS, folder / BOOTSTRAP_ADAPTERS)
             self._write_m0(str(folder / "model" if linked else entry.path / "model"), bootstrapped=True)
             how = "hard links in iter_0/" if linked else "m0.json points at the cache folder"
             log.info("M0: %s", how)
-        info = reused(cached.get("merge") or {}, entry.path if entry else None, self.procs)
-        info["m0_files"] = self.procs.broadcast(how)
+        info = reused(cached.get("merge") or {}, entry.path if entry else None, self.run.procs)
+        info["m0_files"] = self.run.procs.broadcast(how)
         return info
 
     def _write_m0(self, model: str, bootstrapped: bool) -> None:
-        if not self.procs.is_main:
+        if not self.run.procs.is_main:
             return
-        write_json(self.run_dir / "m0.json", {
-            "path": run_relative(self.run_dir, model),
-            "base_model": str(self.base_path),
+        write_json(self.run.run_dir / "m0.json", {
+            "path": run_relative(self.run.run_dir, model),
+            "base_model": str(self.run.base_path),
             "bootstrapped": bootstrapped,
-            "prompt_format": self.config.generator.prompt_format,
+            "prompt_format": self.run.config.generator.prompt_format,
             # the strategy settings M0 runs with (its trained roles' prompts follow fewshot_trained)
-            "strategy": config_to_dict(self.strategy_config(self.m0_state(bootstrapped), self.config.strategy.seed)),
+            "strategy": config_to_dict(strategy_config(self.run.config, self.m0_state(bootstrapped), self.run.config.strategy.seed)),
         })

@@ -8,7 +8,7 @@ merge (M0) and after every iteration that trained an adapter, before the model's
 and writes iter_<z>/calibration.json: per decision kind the threshold chosen, its balanced accuracy and recalls on
 those prompts and the greedy decision's beside them (`knowtrace_train.decisions.choose_threshold`). A model
 deciding with thresholds is a ModelState with `thresholds`; the strategy settings it runs with carry them (and so
-do the reuse cache's keys). A mixin of SelfTrain.
+do the reuse cache's keys). `Calibrate` is the stage, built with the run's context (context.py).
 """
 
 from __future__ import annotations
@@ -19,43 +19,48 @@ from pathlib import Path
 from typing import Any, Callable
 
 from knowtrace_train.io import write_json
-from knowtrace_train.selftrain.models import CALIBRATION_FILE, ModelState, read_thresholds
+from knowtrace_train.selftrain.models import CALIBRATION_FILE, ModelState, read_thresholds, strategy_config
 
 log = logging.getLogger(__name__)
 
 
-class Calibration:
-    """The "calibrate" stage of SelfTrain."""
+class Calibrate:
+    """The "calibrate" stage: a trained model in, the same model deciding with its calibrated thresholds out."""
 
-    def calibrated(self, folder: Path, state: ModelState, seed: int) -> ModelState:
+    def __init__(self, run) -> None:
+        #: the run's context (context.RunContext): config, questions, method, stages, processes, generators
+        self.run = run
+
+    def __call__(self, folder: Path, state: ModelState, seed: int) -> ModelState:
         """`state` deciding with the thresholds calibrated for it in `folder` (computed there once); `state` as it
         is where the run holds no calibration question or the method no decision to calibrate."""
-        items = self.questions.calibration
+        run = self.run
+        items = run.questions.calibration
         if not items:
             return state
         plain = dataclasses.replace(state, thresholds={})
-        strategy = self.strategy_config(plain, seed)
-        kinds = self.method.threshold_decisions(strategy)
+        strategy = strategy_config(run.config, plain, seed)
+        kinds = run.method.threshold_decisions(strategy)
         if not kinds:  # the method's other decisions are measured (scripts/lab/decisions.py), not decided by threshold
             return state
-        if self.config.calibration.source == "explorations":
-            probe = self.method.probe_decisions(strategy)
+        if run.config.calibration.source == "explorations":
+            probe = run.method.probe_decisions(strategy)
             if probe is not None:
-                self.stages.run(folder, "calibrate", lambda: self._calibrate_on_explorations(folder, plain, probe, items))
+                run.stages.run(folder, "calibrate", lambda: self._on_explorations(folder, plain, probe, items))
                 return dataclasses.replace(state, thresholds=read_thresholds(folder) or {})
-        prompts = [p for p in self.method.decision_prompts(strategy, items) if p.kind in kinds]
+        prompts = [p for p in run.method.decision_prompts(strategy, items) if p.kind in kinds]
         if not prompts:
             return state
-        self.stages.run(folder, "calibrate", lambda: self._calibrate(folder, plain, prompts, len(items)))
+        run.stages.run(folder, "calibrate", lambda: self._on_gold(folder, plain, prompts, len(items)))
         return dataclasses.replace(state, thresholds=read_thresholds(folder) or {})
 
-    def _calibrate(self, folder: Path, state: ModelState, prompts, questions: int) -> dict[str, Any]:
+    def _on_gold(self, folder: Path, state: ModelState, prompts, questions: int) -> dict[str, Any]:
         info: dict[str, Any] = {}
-        if self.procs.is_main:
-            info = calibrate_model(lambda: self.build_generator(state), prompts, folder, state.name, questions)
-        return self.procs.broadcast(info)
+        if self.run.procs.is_main:
+            info = calibrate_model(lambda: self.run.build_generator(state), prompts, folder, state.name, questions)
+        return self.run.procs.broadcast(info)
 
-    def _calibrate_on_explorations(self, folder: Path, state: ModelState, probe, items) -> dict[str, Any]:
+    def _on_explorations(self, folder: Path, state: ModelState, probe, items) -> dict[str, Any]:
         """The model's own explorations of the calibration questions, every decision scored and none taken
         (`Method.probe_decisions`), each labelled by its outcome (`Method.decision_outcomes`: KnowTrace's graph
         names the gold answer or not); the thresholds chosen on them. A generator that scores no options falls
@@ -64,23 +69,24 @@ class Calibration:
         from knowtrace_train.generation.base import OptionScorer
         from knowtrace_train.selftrain.rollout import run_rollouts
 
-        generator = self.build_generator(state)
+        run = self.run
+        generator = run.build_generator(state)
         if not isinstance(generator, OptionScorer):
             close = getattr(generator, "close", None)
             if callable(close):
                 close()
-            kinds = self.method.threshold_decisions(probe)
-            prompts = [p for p in self.method.decision_prompts(probe, items) if p.kind in kinds]
-            return self._calibrate(folder, state, prompts, len(items)) if prompts else {}
-        trajs = run_rollouts(items, folder / CALIBRATION_ROLLOUTS, probe, lambda: generator, self.retriever,
-                             chunk_size=self.config.chunk_size, procs=self.procs, iteration=None,
-                             desc=f"{folder.name} calibration", progress=self.progress)
+            kinds = run.method.threshold_decisions(probe)
+            prompts = [p for p in run.method.decision_prompts(probe, items) if p.kind in kinds]
+            return self._on_gold(folder, state, prompts, len(items)) if prompts else {}
+        trajs = run_rollouts(items, folder / CALIBRATION_ROLLOUTS, probe, lambda: generator, run.retriever,
+                             chunk_size=run.config.chunk_size, procs=run.procs, iteration=None,
+                             desc=f"{folder.name} calibration", progress=run.progress)
         info: dict[str, Any] = {}
-        if self.procs.is_main:
-            outcomes = self.method.decision_outcomes(trajs, self.items_by_id)
+        if run.procs.is_main:
+            outcomes = run.method.decision_outcomes(trajs, run.items_by_id)
             decisions = thresholds_by_kind(outcomes, "the explorations carry one outcome only, or none was scored")
             info = write_calibration(folder, state.name, len(items), len(outcomes), decisions, "explorations")
-        return self.procs.broadcast(info)
+        return run.procs.broadcast(info)
 
 
 #: the calibration's own rollouts (source "explorations"), beside calibration.json

@@ -47,6 +47,11 @@ def read_records(path: Path) -> list[dict[str, Any]]:
     return [obj for _, obj in iter_jsonl(path)] if path.is_file() else []
 
 
+def read_sft(folder: Path, kinds) -> dict[str, list[dict[str, Any]]]:
+    """The records of each call kind of `kinds` that a stage wrote in `folder` (sft_<kind>.jsonl)."""
+    return {k: read_records(Path(folder) / f"sft_{k}.jsonl") for k in kinds}
+
+
 
 def generator_config(config: SelfTrainConfig, state: ModelState):
     """The run's generator settings for `state`: its weights and adapters; the method's roles without
@@ -70,6 +75,14 @@ def rollout_strategy_config(config: SelfTrainConfig, state: ModelState, seed: in
     if config.rollout.temperature is None:
         return strategy
     return dataclasses.replace(strategy, temperature=float(config.rollout.temperature))
+
+
+def sampling(config: SelfTrainConfig, state: ModelState, seed: int, rollout: bool) -> tuple[StrategyConfig, int]:
+    """The strategy and samples per question of an iteration's rollout (`rollout`: `rollout.*`), or of an
+    evaluation (the strategy's own decoding, one trajectory per question)."""
+    if rollout:
+        return rollout_strategy_config(config, state, seed), config.rollout.samples
+    return strategy_config(config, state, seed), 1
 
 
 @dataclass(frozen=True)
@@ -158,6 +171,11 @@ def recorded_m0_path(run_dir: Path) -> Path | None:
         return None
     m0 = read_json(m0_file)
     return _in_run(run_dir, m0["path"]) if m0.get("bootstrapped") and m0.get("path") else None
+
+
+def m0_path(run_dir: Path) -> Path:
+    """The merged M0's folder: iter_0/model, or the reuse cache's folder that m0.json names."""
+    return recorded_m0_path(run_dir) or run_dir / "iter_0" / "model"
 
 
 def _m0_state(run_dir: Path, config: SelfTrainConfig, base: ModelState) -> ModelState:

@@ -50,6 +50,7 @@ from knowtrace_train.config import config_to_dict
 from knowtrace_train.errors import installed_version
 from knowtrace_train.io import atomic_dir, cache_home, disk_space, file_sha256, model_identity, read_json, write_json
 from knowtrace_train.selftrain.entry_lock import EntryLock
+from knowtrace_train.selftrain.models import generator_config, m0_path, sampling
 from knowtrace_train.stages import LEFTOVER
 
 log = logging.getLogger(__name__)
@@ -146,7 +147,7 @@ class Entry:
         for rel, want in sums.items():  # read once here; the run reads these files next anyway
             try:
                 got = file_sha256(self.path / rel)
-            except OSError as e:  # removed meanwhile by a run that holds the entry's lock (served_from_cache peeks)
+            except OSError as e:  # removed meanwhile by a run that holds the entry's lock (RunCache.served peeks)
                 return f"{rel} cannot be read ({e.strerror})"
             if got != want:
                 return f"{rel} no longer has the SHA-256 {KEY_FILE} recorded (a corrupt or edited file)"
@@ -302,24 +303,31 @@ def copy_file(src: Path, dst: Path) -> None:
 # -- the loop's side ----------------------------------------------------------------------------------------
 
 
-class Reuse:
-    """The reuse side of SelfTrain (a mixin): each shareable stage's key inputs, and running a stage
-    through the cache."""
+class RunCache:
+    """A run's side of the reuse cache: each shareable stage's key inputs, and a stage run through the cache. Built
+    with the run's context (context.py); the bootstrap sets `m0_key` once it knows M0's inputs."""
+
+    def __init__(self, run) -> None:
+        self.run = run
+        self._cache: ReuseCache | None = None
+        self._corpus_fp: str | None = None
+        #: M0's own key: what the keys of its evaluation and of iteration 1's rollouts know of it
+        self.m0_key: str | None = None
 
     @property
-    def reuse_cache(self) -> ReuseCache | None:
+    def cache(self) -> ReuseCache | None:
         """The cache of stage outputs; None with `reuse: false`."""
-        if not self.config.reuse:
+        if not self.run.config.reuse:
             return None
-        if self._reuse_cache is None:
-            self._reuse_cache = ReuseCache(wait_minutes=self.config.reuse_wait_minutes)
-        return self._reuse_cache
+        if self._cache is None:
+            self._cache = ReuseCache(wait_minutes=self.run.config.reuse_wait_minutes)
+        return self._cache
 
     def corpus_fingerprint(self) -> str:
         if self._corpus_fp is None:
             from knowtrace_train.retrieval.cache import corpus_fingerprint
 
-            self._corpus_fp = corpus_fingerprint(self.corpus)
+            self._corpus_fp = corpus_fingerprint(self.run.corpus)
         return self._corpus_fp
 
     def weights_identity(self, state) -> dict[str, Any] | None:
@@ -327,10 +335,10 @@ class Reuse:
         model with adapters (its outputs depend on the iteration's training: never shared)."""
         if state.adapters:
             return None
-        if state.model == self.config.generator.model:
-            return {"base": model_identity(self.base_path)}
-        if self._m0_key is not None and Path(state.model) == Path(self.m0_state(bootstrapped=True).model):
-            return {"m0": self._m0_key}
+        if state.model == self.run.config.generator.model:
+            return {"base": model_identity(self.run.base_path)}
+        if self.m0_key is not None and Path(state.model) == Path(m0_path(self.run.run_dir)):
+            return {"m0": self.m0_key}
         return None
 
     def generation_inputs(self, model: Mapping[str, Any], items, state, seed: int,
@@ -341,9 +349,10 @@ class Reuse:
 
         from knowtrace_train.generation.hf import pick_device, pick_dtype
 
-        factory = self.make_generator
-        gen = self.generator_config(state)
-        strategy, samples = self.sampling(state, seed, rollout)
+        run = self.run
+        factory = run.make_generator
+        gen = generator_config(run.config, state)
+        strategy, samples = sampling(run.config, state, seed, rollout)
         return {
             "model": dict(model),
             "questions": {"count": len(items), "sha256": digest([it.to_dict() for it in items])},
@@ -354,7 +363,7 @@ class Reuse:
             # what "auto" resolves to here: CPU and GPU decode in other precisions, CPUs with and without bf16 too
             "device": gen.device if gen.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu"),
             "dtype": str(pick_dtype(gen.dtype, pick_device(gen.device))),  # as the generator picks it
-            "retriever": settings(self.config.retriever, RETRIEVER_NOT_IN_KEY),
+            "retriever": settings(run.config.retriever, RETRIEVER_NOT_IN_KEY),
             "corpus": self.corpus_fingerprint(),
             # a generator given to SelfTrain (tests' oracle) answers otherwise than the configured one
             "generator_factory": None if factory is None else _qualified_name(factory),
@@ -365,33 +374,34 @@ class Reuse:
         training settings and seed, and the processes count (data-parallel training batches across them)."""
         from knowtrace_train.train.precision import resolve_precision, training_device
 
-        cfg = self.config
+        cfg = self.run.config
         device = training_device()
         return {
-            "base": model_identity(self.base_path),
+            "base": model_identity(self.run.base_path),
             "records": {a: {"count": len(r), "sha256": digest(list(r))} for a, r in groups.items()},
             "joint": cfg.bootstrap.joint,
             "train": config_to_dict(cfg.bootstrap.train),
             "seed": cfg.seed,
-            "processes": self.procs.world,
+            "processes": self.run.procs.world,
             "device": device,
             "precision": resolve_precision(cfg.bootstrap.train.precision, device)[0],
         }
 
-    def reuse_lookup(self, stage: str, inputs: Callable[[], Mapping[str, Any] | None], label: str):
+    def lookup(self, stage: str, inputs: Callable[[], Mapping[str, Any] | None], label: str):
         """(entry, the cached figures or None), decided on the main process and told to the others (whose
         entry is None); (None, None) with reuse off or where `inputs()` is None (not shareable). The main
         process then holds the entry's lock (waiting first while another run holds it) until the caller's
-        `reuse_release(entry)`: after storing what it computed, or copying what it reused."""
-        cache = self.reuse_cache
+        `release(entry)`: after storing what it computed, or copying what it reused."""
+        cache = self.cache
         if cache is None:
             return None, None
+        procs = self.run.procs
         entry = cached = None
-        if self.procs.is_main:
+        if procs.is_main:
             got = inputs()
             if got is not None:
                 entry = cache.entry(stage, got)
-                cache.claim(entry, label, self.run_dir)
+                cache.claim(entry, label, self.run.run_dir)
                 try:
                     cached = cache.lookup(entry, label)
                 except BaseException:
@@ -399,47 +409,49 @@ class Reuse:
                     raise
                 if cached is not None:
                     log.info("reused %s from %s", label, entry.path)
-        return entry, self.procs.broadcast(cached)
+        return entry, procs.broadcast(cached)
 
-    def reuse_release(self, entry: Entry | None) -> None:
-        """The end of a `reuse_lookup`'s claim (on the main process; nothing elsewhere or with reuse off)."""
-        if entry is not None and self._reuse_cache is not None:
-            self._reuse_cache.release(entry)
+    def release(self, entry: Entry | None) -> None:
+        """The end of a `lookup`'s claim (on the main process; nothing elsewhere or with reuse off)."""
+        if entry is not None and self._cache is not None:
+            self._cache.release(entry)
 
-    def served_from_cache(self, stage: str, inputs: Callable[[], Mapping[str, Any] | None]) -> bool:
-        """Whether `reusable_stage` would take the stage from the cache (looked at only: nothing logged or removed)."""
-        cache = self.reuse_cache
-        got = inputs() if cache is not None and self.procs.is_main else None
+    def served(self, stage: str, inputs: Callable[[], Mapping[str, Any] | None]) -> bool:
+        """Whether `stage` would take the stage from the cache (looked at only: nothing logged or removed)."""
+        cache = self.cache
+        got = inputs() if cache is not None and self.run.procs.is_main else None
         if got is None:
             return False
         return cache.entry(stage, got).problem() is None  # what lookup would use (an absent folder has no key.json)
 
-    def reusable_stage(self, folder: Path, name: str, stage: str, inputs: Callable[[], Mapping[str, Any] | None],
-                       body: Callable[[], dict[str, Any]], files: Sequence[str]) -> dict[str, Any]:
-        """`self.stages.run(folder, name, body)`, where `files` (names in `folder`) are taken from the
+    def stage(self, folder: Path, name: str, stage: str, inputs: Callable[[], Mapping[str, Any] | None],
+              body: Callable[[], dict[str, Any]], files: Sequence[str]) -> dict[str, Any]:
+        """`run.stages.run(folder, name, body)`, where `files` (names in `folder`) are taken from the
         cache when `inputs()` has an entry there, and stored there when computed. `inputs()` None: the
         stage is not shareable (a model with adapters)."""
+        procs = self.run.procs
+
         def run() -> dict[str, Any]:
-            entry, cached = self.reuse_lookup(stage, inputs, f"{folder.name}/{name}")
+            entry, cached = self.lookup(stage, inputs, f"{folder.name}/{name}")
             try:
                 if cached is not None:
-                    if self.procs.is_main:
+                    if procs.is_main:
                         from knowtrace_train.selftrain.rollout import parts_dir
 
                         for f in files:
                             copy_file(entry.path / f, folder / f)
                             shutil.rmtree(parts_dir(folder / f), ignore_errors=True)  # a killed attempt's chunks
-                    return reused(cached, entry.path if entry else None, self.procs)
+                    return reused(cached, entry.path if entry else None, procs)
                 t0 = time.perf_counter()
                 info = dict(body() or {})
                 info.setdefault("seconds", round(time.perf_counter() - t0, 3))
                 if entry is not None:
-                    self.reuse_cache.store(entry, {f: folder / f for f in files}, info, self.run_dir)
+                    self.cache.store(entry, {f: folder / f for f in files}, info, self.run.run_dir)
                 return info
             finally:
-                self.reuse_release(entry)
+                self.release(entry)
 
-        return self.stages.run(folder, name, run)
+        return self.run.stages.run(folder, name, run)
 
 
 def _qualified_name(fn: Any) -> str:
