@@ -251,16 +251,16 @@ class SelfTrain(RunContext):
         cfg = self.config
         folder = self.run_dir / f"iter_{z}"
         seed = cfg.strategy.seed + z
-        roll = self.rollouts.iteration(folder, z, prev, seed)  # M(z-1) rolls out iteration z's questions
-        bt, records = self.rationalize(folder, z)
+        roll = self.rollouts.iteration(folder, z, prev, seed)  # Algorithm 2 line 5: M(z-1) rolls out D's questions
+        bt, records = self.rationalize(folder, z)  # lines 6-11: the correct ones rationalized into D_z
         if self.evaluations.fixed:  # the evaluation beside the rollouts is joined here: the training gets every thread
             self.evaluations.join(metrics)
         groups = self.train.groups(records)
         base = Path(m0.model) if m0.name == "M0" else self.base_path
-        train_info, adapters = self.train(folder, z, groups, base, prev)  # one adapter per role, from the base
+        train_info, adapters = self.train(folder, z, groups, base, prev)  # line 12: one adapter per role, from M0
         state = next_model(z, prev, m0, adapters)  # M(z): M0 with them
         if adapters:
-            state = self.calibrate(folder, state, seed)
+            state = self.calibrate(folder, state, seed)  # M(z)'s decision thresholds
         else:
             log.warning("iteration %d: %d of %d rollouts correct, %d records: nothing to train on (%s)",
                         z, roll["correct"], roll["questions"], sum((bt.get("records") or {}).values()),
