@@ -45,7 +45,8 @@ class Bootstrap:
         """M0 as the loop runs it (the merged model, or the raw base)."""
         if not bootstrapped:
             return self.run.raw_base()
-        return bootstrapped_m0(self.run.config, m0_path(self.run.run_dir), read_thresholds(self.run.run_dir / "iter_0"))
+        run_dir = self.run.run_dir
+        return bootstrapped_m0(self.run.config, m0_path(run_dir), read_thresholds(run_dir / "iter_0"))
 
     def __call__(self, metrics: list[dict[str, Any]]) -> ModelState:
         """M0; its metrics go to `metrics` once it is evaluated."""
@@ -67,8 +68,8 @@ class Bootstrap:
         cfg = self.run.config
         folder = self.run.run_dir / "base"
         items = self.run.questions.rollout[: cfg.bootstrap.probe_questions]
-        info = self.rollouts.stage(folder, "probe", "probe", self.run.raw_base(), items, "probe.jsonl", cfg.strategy.seed,
-                                   "probe (raw base)", None)
+        info = self.rollouts.stage(folder, "probe", "probe", self.run.raw_base(), items, "probe.jsonl",
+                                   cfg.strategy.seed, "probe (raw base)", None)
         need = info["em"] < cfg.bootstrap.min_em
         log.info("bootstrap auto: the raw base answers %.3f of %d train questions (threshold %.3f): %s",
                  info["em"], info["questions"], cfg.bootstrap.min_em, "bootstrapping" if need else "no bootstrap")
@@ -102,10 +103,12 @@ class Bootstrap:
             train_info = {}
             for i, (adapter, recs) in enumerate(groups.items()):
                 if cached is not None:
-                    body = lambda a=adapter: reused(cached["train"].get(a, {}), entry.path if entry else None, self.run.procs)
+                    body = lambda a=adapter: reused(cached["train"].get(a, {}), entry.path if entry else None,
+                                                    self.run.procs)
                 else:
-                    body = lambda a=adapter, r=recs, i=i: self.train.adapter(folder, a, r, self.run.base_path, cfg.bootstrap.train,
-                                                                      seed=cfg.seed * 1000 + i, subdir=BOOTSTRAP_ADAPTERS)
+                    body = lambda a=adapter, r=recs, i=i: self.train.adapter(
+                        folder, a, r, self.run.base_path, cfg.bootstrap.train, seed=cfg.seed * 1000 + i,
+                        subdir=BOOTSTRAP_ADAPTERS)
                 train_info[adapter] = self.run.stages.run(folder, f"train_{adapter}", body)
             trained = [a for a, t in train_info.items() if t.get("records", 0) > 0]
             if not trained:
@@ -195,7 +198,8 @@ class Bootstrap:
             info["seconds"] = round(time.perf_counter() - t0, 3)
             if entry is not None:
                 files = {"model": folder / "model", BOOTSTRAP_ADAPTERS: folder / BOOTSTRAP_ADAPTERS}
-                self.run.reuse.cache.store(entry, files, {"train": train_info, "merge": info}, self.run.run_dir, link=True)
+                self.run.reuse.cache.store(entry, files, {"train": train_info, "merge": info}, self.run.run_dir,
+                                           link=True)
         return info
 
     def _reuse_m0(self, folder: Path, entry, cached: dict[str, Any]) -> dict[str, Any]:
@@ -222,5 +226,6 @@ class Bootstrap:
             "bootstrapped": bootstrapped,
             "prompt_format": self.run.config.generator.prompt_format,
             # the strategy settings M0 runs with (its trained roles' prompts follow fewshot_trained)
-            "strategy": config_to_dict(strategy_config(self.run.config, self.m0_state(bootstrapped), self.run.config.strategy.seed)),
+            "strategy": config_to_dict(strategy_config(self.run.config, self.m0_state(bootstrapped),
+                                                       self.run.config.strategy.seed)),
         })

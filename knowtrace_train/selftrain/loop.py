@@ -282,7 +282,8 @@ class SelfTrain(RunContext):
             vs_m0 = vs_prev = None
             if ev is not None:
                 vs_m0 = self.evaluations.compare(m0.name, self.m0_folder(m0), folder)
-                vs_prev = vs_m0 if z == 1 else self.evaluations.compare(prev.name, self.run_dir / f"iter_{z - 1}", folder)
+                vs_prev = (vs_m0 if z == 1 else
+                           self.evaluations.compare(prev.name, self.run_dir / f"iter_{z - 1}", folder))
             m.update({"eval": ev, "vs_m0": vs_m0, "vs_previous": vs_prev, "seconds": {
                 "rollout": roll["seconds"],
                 "rationalize": bt["seconds"],

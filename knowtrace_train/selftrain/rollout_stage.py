@@ -35,8 +35,8 @@ class Rollouts:
 
     def iteration(self, folder: Path, z: int, prev: ModelState, seed: int) -> dict[str, Any]:
         """Iteration z's rollouts of `prev` = M(z-1) (rollouts.jsonl, at `rollout.*`'s samples and temperature)."""
-        roll = self.stage(folder, "rollout", "rollout", prev, self.items(z), "rollouts.jsonl", seed, f"iter {z} rollout",
-                          z, rollout=True)
+        roll = self.stage(folder, "rollout", "rollout", prev, self.items(z), "rollouts.jsonl", seed,
+                          f"iter {z} rollout", z, rollout=True)
         if roll.get("samples", 1) > 1:
             log.info("iteration %d rollouts: %d of %d trajectories correct; %d of %d questions solved by one of "
                      "their %d samples (pass@%d %.3f)", z, roll["correct"], roll["trajectories"], roll["solved"],
