@@ -276,7 +276,8 @@ def _kill_at() -> None:
     from transformers.trainer_callback import CallbackHandler
 
     from knowtrace_train import stages
-    from knowtrace_train.selftrain import loop, reuse, rollout
+    from knowtrace_train.methods import base as scored
+    from knowtrace_train.selftrain import loop, reuse
 
     listing = Path(spec[len("list:"):]) if spec.startswith("list:") else None
     target, _, nth = spec.partition("#")
@@ -328,7 +329,7 @@ def _kill_at() -> None:
         mark_done(folder, stage, info)
         hit(f"{Path(folder).name}/{stage}:marked")
 
-    append = rollout.append_jsonl
+    append = scored.append_jsonl
 
     def append_then_hit(path, row):
         append(path, row)
@@ -365,7 +366,7 @@ def _kill_at() -> None:
         hit("run/summary")
         return write_summary(self, metrics)
 
-    stages.StageRunner.run, stages.mark_done, rollout.append_jsonl = run, mark, append_then_hit
+    stages.StageRunner.run, stages.mark_done, scored.append_jsonl = run, mark, append_then_hit
     mu.safe_save_file, peft_model.safe_save_file = save_then_hit(mu.safe_save_file), save_then_hit(peft_model.safe_save_file)
     CallbackHandler.on_step_end, reuse.copy_tree, loop.SelfTrain._write_summary = step_then_hit, copy_then_hit, summary
     try:
@@ -420,10 +421,10 @@ def _disk_full_at() -> None:
         reuse.copy_tree = fill_first
         return
     from knowtrace_train import io
-    from knowtrace_train.selftrain import rollout
+    from knowtrace_train.methods import base as scored
 
     name, n = point.split(":", 1)[1].rsplit(":", 1)
-    append, seen = rollout.append_jsonl, [0]
+    append, seen = scored.append_jsonl, [0]
 
     def append_or_fill(path, row):
         if not Path(path).as_posix().endswith(name):
@@ -443,7 +444,7 @@ def _disk_full_at() -> None:
         finally:
             io.os.write = real
 
-    rollout.append_jsonl = append_or_fill
+    scored.append_jsonl = append_or_fill
 
 
 @user_errors
