@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
 from pathlib import Path
 
@@ -26,8 +27,14 @@ from knowtrace_train.pairing import by_id, pooled_paired_test, read_question_sco
 from knowtrace_train.report import load_run, model_eval_file
 
 
+@functools.lru_cache(maxsize=None)
+def _scores(path: Path):
+    """An evaluation file's scores in question-id order, read once however many tables ask for them."""
+    return by_id(read_question_scores(path))
+
+
 def _em(summary: dict, keep: set[str] | None) -> tuple[list[str], list[float]]:
-    q = by_id(read_question_scores(model_eval_file(summary, 0)))
+    q = _scores(model_eval_file(summary, 0))
     pairs = [(i, e) for i, e in zip(q.ids, q.em) if keep is None or i in keep]
     return [i for i, _ in pairs], [e for _, e in pairs]
 
