@@ -46,7 +46,6 @@ def test_a_path_that_exists_or_is_not_the_worlds_is_left_as_given(tmp_path, monk
     assert CorpusConfig(path="my/corpus.jsonl").path == "my/corpus.jsonl"
 
 
-
 def test_the_worlds_triples_are_its_generators_facts(tmp_path, monkeypatch):
     """DoG's `graph: world` and a `kg` corpus of `triples: world` read the packaged facts.jsonl, from any folder: the
     very facts the generator (scripts/world/, which the package never imports) gives for seed 0, in its order."""
@@ -56,6 +55,7 @@ def test_the_worlds_triples_are_its_generators_facts(tmp_path, monkeypatch):
     triples = world_triples()
     assert len(triples) > 5000
     assert triples == world_facts(make_world(0).kb)
+
 
 def test_a_built_wheel_carries_the_world(tmp_path):
     """The wheel, built from a copy of the package's sources (nothing is written into the checkout)."""

@@ -52,7 +52,6 @@ def read_sft(folder: Path, kinds) -> dict[str, list[dict[str, Any]]]:
     return {k: read_records(Path(folder) / f"sft_{k}.jsonl") for k in kinds}
 
 
-
 def generator_config(config: SelfTrainConfig, state: ModelState):
     """The run's generator settings for `state`: its weights and adapters; the method's roles without
     an adapter run on the base weights."""
