@@ -53,12 +53,15 @@ COMPARISON = QAItem(
                        SubQuestion("In what country is Remeth?", "Shemovia"))),
 )
 
+#: the gold without the default's noise (its shape alone)
+NO_NOISE = GoldNoise(pairs=0.0, triplets=0.0)
+
 
 def test_a_comparison_asks_both_entities_in_one_round():
     rounds = chain_rounds(gold_chain(COMPARISON))
     assert [[h.pair.entity for h in r] for r in rounds] == [["Punore University", "Baenith College"],
                                                             ["Graekoport", "Remeth"]]
-    res = gold_trajectory_records([COMPARISON], WordOverlap(CORPUS), k=1, facts=FACTS)
+    res = gold_trajectory_records([COMPARISON], WordOverlap(CORPUS), k=1, facts=FACTS, noise=NO_NOISE)
     t = res.trajectories[0]
     explores = [c for c in t.calls if c.role == "explore"]
     assert [len(parse_exploration(c.output).pairs) for c in explores] == [2, 2, 0]
@@ -71,7 +74,7 @@ def test_a_completion_writes_every_triplet_its_passages_state_about_its_pair():
     item = QAItem(id="b1", question="Which year was the university in Graekoport founded?", answers=("1874",),
                   evidence=GoldEvidence(triples=(("Punore University", "located in", "Graekoport"),)))
     facts = FactIndex([*FACTS.facts, Fact(Triplet("Punore University", "located in", "Punore Bay"), CORPUS[0].id)])
-    res = gold_trajectory_records([item], WordOverlap(CORPUS), k=1, facts=facts)
+    res = gold_trajectory_records([item], WordOverlap(CORPUS), k=1, facts=facts, noise=NO_NOISE)
     comp = next(c for c in res.trajectories[0].calls if c.role == "complete")
     # the gold first, then the other fact of the same relation its passage states; no other relation (no noise)
     assert parse_completion(comp.output).triplets == [Triplet("Punore University", "located in", "Graekoport"),

@@ -60,10 +60,12 @@ class RoleConfig:
 class GoldNoise:
     """The noise the bootstrap's gold trajectories carry, so that M0 explores as the paper's raw model does
     (methods/knowtrace/gold.py): unneeded pairs per exploration round and extraneous triplets per completion, each
-    an expected count (its whole part always, one more with the probability of its fraction)."""
+    an expected count (its whole part always, one more with the probability of its fraction). The default 0.75
+    was chosen by measurement (docs/selftrain.md, "M0 from that gold, measured"): the lowest rate measured whose
+    M0 rollouts carry the paper's noise, at M0's EM."""
 
-    pairs: float = field(default=0.0, metadata={"help": "unneeded guidance pairs a gold exploration round adds (expected count)"})
-    triplets: float = field(default=0.0, metadata={"help": "extraneous triplets a gold completion adds (expected count)"})
+    pairs: float = field(default=0.75, metadata={"help": "unneeded guidance pairs a gold exploration round adds (expected count)"})
+    triplets: float = field(default=0.75, metadata={"help": "extraneous triplets a gold completion adds (expected count)"})
 
     def __post_init__(self) -> None:
         for name in ("pairs", "triplets"):
