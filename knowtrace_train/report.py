@@ -266,6 +266,8 @@ def headline(summary: dict[str, Any]) -> dict[str, Any]:
 
 #: an EM interval wider than this cannot show the differences self-training makes (a few points)
 WIDE_INTERVAL = 0.3
+#: fewer dev questions than this decide nothing, however narrow their intervals (near EM 0 they are narrow)
+FEW_DEV_QUESTIONS = 100
 #: the command whose figures can (README, the headline)
 HEADLINE_COMMAND = ("python recipes/selftrain.py --config recipes/configs/selftrain_world_scale.yaml "
                     "--data.train_questions 200 --data.dev_questions 100 --seeds 0,1,2")
@@ -273,8 +275,9 @@ HEADLINE_COMMAND = ("python recipes/selftrain.py --config recipes/configs/selftr
 
 def small_dev_note(summary: dict[str, Any]) -> str | None:
     """Words for a table whose dev set is too small for the differences it prints: where a model's 95% EM
-    interval is wider than `WIDE_INTERVAL` (or the questions are too few for one), how wide, what one question
-    is worth, and the command whose figures can tell a difference (None where every interval is narrow)."""
+    interval is wider than `WIDE_INTERVAL`, or the questions are fewer than `FEW_DEV_QUESTIONS` or too few for an
+    interval: how wide, what one question is worth, and the command whose figures can tell a difference (None where
+    every interval is narrow and the questions are enough)."""
     rows = [("M0", summary.get("bootstrap"))] + [(f"iteration {r['iteration']}", r) for r in summary["iterations"]]
     ivs = [(name, r["em_interval"]) for name, r in rows if r and isinstance(r.get("em_interval"), dict)]
     if not ivs:
@@ -282,11 +285,14 @@ def small_dev_note(summary: dict[str, Any]) -> str | None:
     n = ivs[0][1].get("n")
     widths = [(name, b[1] - b[0]) for name, iv in ivs if (b := interval_bounds(iv))]
     wide = [(name, w) for name, w in widths if w > WIDE_INTERVAL]
-    if widths and not wide:
+    if widths and not wide and (n is None or n >= FEW_DEV_QUESTIONS):
         return None
     if wide:
         name, w = max(wide, key=lambda x: x[1])
         why = f"{name}'s 95% EM interval is {w:.2f} wide (over {WIDE_INTERVAL})"
+    elif widths:
+        name, w = max(widths, key=lambda x: x[1])
+        why = f"they are fewer than {FEW_DEV_QUESTIONS} ({name}'s 95% EM interval is {w:.2f} wide)"
     else:
         why = "they are too few for an interval"
     one = f"; one question is {1 / n:.3f} of EM" if n else ""

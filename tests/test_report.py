@@ -233,5 +233,8 @@ def test_small_dev_note_says_when_the_dev_set_cannot_show_a_difference():
     assert "one question is 0.042 of EM" in note and HEADLINE_COMMAND in note
     narrow = {"bootstrap": {"em_interval": iv(0.2, 0.4, 200)}, "iterations": [{"iteration": 1, "em_interval": iv(0.15, 0.33, 200)}]}
     assert small_dev_note(narrow) is None
+    low_em = {"bootstrap": {"em_interval": iv(0.04, 0.33, 24)}, "iterations": [{"iteration": 1, "em_interval": iv(0.0, 0.25, 24)}]}
+    assert small_dev_note(low_em).startswith("24 dev questions cannot show the differences above: they are fewer than "
+                                             "100 (M0's 95% EM interval is 0.29 wide)")
     few = {"bootstrap": {"em_interval": {"mean": 0.5, "low": None, "high": None, "n": 8}}, "iterations": []}
     assert "8 dev questions cannot show the differences above: they are too few for an interval" in small_dev_note(few)
