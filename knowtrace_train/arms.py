@@ -222,6 +222,14 @@ def _fa(summary: dict[str, Any], z: int) -> dict[str, Any] | None:
     return {"fa_ratio": row["fa_ratio"], **(row.get("fa_decomposed") or {})}
 
 
+def paper_noise(parts: dict[str, Any] | None) -> float | None:
+    """The paper's noise among FA's parts: unneeded pairs and extraneous triplets inside traced trajectories, a share
+    of the correct trajectories' output tokens (None where the parts are not recorded)."""
+    if not parts or "unneeded_pairs" not in parts:
+        return None
+    return parts["unneeded_pairs"] + parts["extraneous_triplets"]
+
+
 def compare_arms(arms: Sequence[Arm], *, kind: str | None = None, seed: int = 0) -> dict[str, Any]:
     """Per arm and model (0 = M0, then each iteration): the seeds' EM, their mean with an interval (bootstrap over
     questions of each question's mean EM over the seeds), the pooled paired test against M0; and each later arm
@@ -322,9 +330,9 @@ def plot_arms(result: dict[str, Any], out: str | Path, title: str = "") -> Path:
             continue
         ax_fa.plot([z for z, _ in fa_rows], [sum(v["fa_ratio"] for v in vs) / len(vs) for _, vs in fa_rows],
                    "o-", color=f"C{i}", label=f"{arm['arm']}: FA")
-        noisy = [(z, vs) for z, vs in fa_rows if all("unneeded_pairs" in v for v in vs)]
+        noisy = [(z, vs) for z, vs in fa_rows if all(paper_noise(v) is not None for v in vs)]
         if noisy:
-            ax_fa.plot([z for z, _ in noisy], [sum(v["unneeded_pairs"] + v["extraneous_triplets"] for v in vs) / len(vs)
+            ax_fa.plot([z for z, _ in noisy], [sum(paper_noise(v) for v in vs) / len(vs)
                                                for _, vs in noisy], "s--", color=f"C{i}",
                        label=f"{arm['arm']}: unneeded pairs + extraneous triplets")
     ax_fa.set(xlabel="self-training iteration", ylabel="share of the correct trajectories' output tokens",

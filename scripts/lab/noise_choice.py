@@ -21,7 +21,7 @@ import functools
 import json
 from pathlib import Path
 
-from knowtrace_train.arms import question_kinds, run_seed
+from knowtrace_train.arms import paper_noise, question_kinds, run_seed
 from knowtrace_train.metrics import bootstrap_interval
 from knowtrace_train.pairing import by_id, pooled_paired_test, read_question_scores
 from knowtrace_train.report import load_run, model_eval_file
@@ -46,7 +46,7 @@ def _noise(run_dir: str) -> dict | None:
     r = json.loads(path.read_text())
     parts = r.get("fa_decomposed") or {}
     return {"fa_ratio": round(r["fa_ratio"], 4), "fa_ratio_backtraced": round(r.get("fa_ratio_backtraced") or 0.0, 4),
-            "noise_in_traced": round(parts.get("unneeded_pairs", 0.0) + parts.get("extraneous_triplets", 0.0), 4),
+            "noise_in_traced": round(paper_noise(parts) or 0.0, 4),
             **{k: round(v, 4) for k, v in parts.items()}, "correct": r.get("correct"), "backtraced": r.get("backtraced"),
             "records": r.get("backtrace_records")}
 

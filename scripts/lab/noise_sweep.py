@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run from a checkout without installing
 
-from knowtrace_train.arms import compare_arms, group_arms  # noqa: E402
+from knowtrace_train.arms import compare_arms, group_arms, paper_noise  # noqa: E402
 from knowtrace_train.report import load_run, p_text, pyplot, save_figure  # noqa: E402
 
 
@@ -39,11 +39,12 @@ def point(spec: str, upto: int | None, kind: str | None) -> dict:
     result = compare_arms([by_mode["star"], by_mode["backtrace"]], kind=kind)
     bt_rows = result["arms"][1]["models"]
     m1 = next((r for r in bt_rows if r["iteration"] == 1), None)
-    fas = [v for v in ((m1 or {}).get("fa_by_seed") or {}).values() if v and "unneeded_pairs" in v]
-    noise = sum(v["unneeded_pairs"] + v["extraneous_triplets"] for v in fas) / len(fas) if fas else None
+    noises = [paper_noise(v) for v in ((m1 or {}).get("fa_by_seed") or {}).values()]
+    noises = [x for x in noises if x is not None]
+    noise = sum(noises) / len(noises) if noises else None
     diffs = [{k: r[k] for k in ("iteration", "n", "diff", "low", "high", "p_value", "seeds")}
              for r in result["between"] if "refused" not in r]
-    return {"rate": rate, "noise_in_traced": noise, "noise_seeds": len(fas),
+    return {"rate": rate, "noise_in_traced": noise, "noise_seeds": len(noises),
             "incomplete": [r for a in result["arms"] for r in a["incomplete"]],
             "em": {a["mode"]: {r["iteration"]: r["em_mean"] for r in a["models"]} for a in result["arms"]},
             "backtrace_minus_star": diffs}
